@@ -1,0 +1,38 @@
+"""``oracle``: read exactly down to the first relevant result (an upper bound, needs the gold)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from data.errors import UserError
+from selection.base import Selector, check_ranks, check_scores
+
+
+class Oracle(Selector):
+    """n = 1-based rank of the first relevant result, K when none is in the top K.
+
+    The smallest n that still contains a relevant passage: what an ideal
+    selector would read, the reference the adaptive selectors are compared to.
+    ``predict`` needs ``first_relevant_rank``.
+    """
+
+    method = "oracle"
+
+    def __init__(self):
+        pass
+
+    @property
+    def spec(self) -> str:
+        return "oracle"
+
+    def get_params(self) -> dict[str, Any]:
+        return {}
+
+    def predict(self, scores, first_relevant_rank=None) -> np.ndarray:
+        scores = check_scores(scores)
+        if first_relevant_rank is None:
+            raise UserError("selector oracle: predict needs first_relevant_rank (the gold rank of the first relevant result)")
+        ranks = check_ranks(first_relevant_rank, scores.shape[0])
+        return np.clip(ranks, 1, scores.shape[1]).astype(np.int64)

@@ -1,0 +1,40 @@
+"""``top:N``: read a fixed number of passages, the usual static retrieve-then-read setting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from data.errors import UserError
+from selection.base import Selector, check_scores
+
+
+class TopN(Selector):
+    """n = N for every query, clipped to K (the number of results retrieved)."""
+
+    method = "top"
+
+    def __init__(self, n: int = 1):
+        self.n = n
+
+    @property
+    def spec(self) -> str:
+        return f"top:{self.n}"
+
+    def get_params(self) -> dict[str, Any]:
+        return {"n": self.n}
+
+    def _check(self) -> int:
+        if isinstance(self.n, bool) or not isinstance(self.n, (int, np.integer)) or self.n < 1:
+            raise UserError(f"selector top:{self.n}: n must be an integer >= 1")
+        return int(self.n)
+
+    def fit(self, scores, first_relevant_rank) -> "TopN":
+        self._check()
+        return super().fit(scores, first_relevant_rank)
+
+    def predict(self, scores, first_relevant_rank=None) -> np.ndarray:
+        n = self._check()
+        scores = check_scores(scores)
+        return np.full(scores.shape[0], min(n, scores.shape[1]), dtype=np.int64)
