@@ -1,0 +1,567 @@
+"""Extractive reader: the best answer span of each (question, passage) pair.
+
+A span-extraction model in the style of BERT for SQuAD (Devlin et al., 2019,
+"BERT: Pre-training of Deep Bidirectional Transformers for Language
+Understanding", NAACL): the question and the passage are encoded together, the
+model gives every passage token a start and an end logit, and the answer is the
+span ``i <= j < i + max_answer_tokens`` with the largest ``start[i] + end[j]``.
+Passages longer than one window are cut into overlapping windows (``stride``
+tokens of overlap, the Hugging Face convention) and the pair's answer is the
+best span over its windows.
+
+Any ``AutoModelForQuestionAnswering`` checkpoint works, by hub name, alias
+(:data:`ALIASES`) or local directory.  Reads are plain arrays
+(:class:`PassageReads`); a :class:`ReadCache` keeps them on disk keyed by a
+content hash of (model, reader parameters, question, passage) so sweeps never
+read the same pair twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from data.errors import UserError
+from data.io import atomic_path, sha256_text
+
+ALIASES: dict[str, str] = {
+    "bert-base": "csarron/bert-base-uncased-squad-v1",
+    "bert-large": "bert-large-uncased-whole-word-masking-finetuned-squad",
+    "distilbert": "distilbert-base-cased-distilled-squad",
+}
+
+# files fetched from the hub before the weights: enough to check the
+# architecture and to pin the revision (the identity of the model in cache keys)
+_HUB_META_FILES = ["config.json"]
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass
+class PassageReads:
+    """The best span of each (question, passage) pair, one entry per pair.
+
+    ``score`` is start logit + end logit of the span (``-inf`` when the passage
+    has no readable token, e.g. it is empty; then ``text`` is ``""`` and the
+    offsets are ``-1``).  ``passage[start_char:end_char] == text``.
+    ``n_read`` pairs went through the model in this call, ``n_reused`` came
+    from the cache (duplicates within one call are read once and counted once).
+    """
+
+    text: list[str]
+    score: np.ndarray  # float32 [P]
+    start_char: np.ndarray  # int64 [P]
+    end_char: np.ndarray  # int64 [P]
+    n_read: int = 0
+    n_reused: int = 0
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+
+class ReadCache:
+    """Reads already done, keyed by content hash, stored as npz shards in ``directory``.
+
+    Every :meth:`add` writes one new shard (``reads-<random>.npz``, written
+    atomically), so several processes may share a directory.  A shard holds the
+    keys and, per key, the span score and character offsets; the span text is
+    re-cut from the passage (the passage text is part of the key).
+    """
+
+    def __init__(self, directory: str | os.PathLike):
+        self.directory = directory
+        self._index: dict[str, int] | None = None
+        self._score = np.zeros(0, np.float32)
+        self._start = np.zeros(0, np.int64)
+        self._end = np.zeros(0, np.int64)
+
+    def __len__(self) -> int:
+        self._load()
+        return len(self._index)
+
+    def _load(self) -> None:
+        if self._index is not None:
+            return
+        self._index = {}
+        directory = Path(self.directory)
+        if directory.exists() and not directory.is_dir():
+            raise UserError(f"{directory}: read cache must be a directory")
+        keys, scores, starts, ends = [], [], [], []
+        for shard in sorted(directory.glob("reads-*.npz")) if directory.is_dir() else []:
+            try:
+                with np.load(shard, allow_pickle=False) as z:
+                    k, s, b, e = z["keys"], z["score"], z["start_char"], z["end_char"]
+            except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
+                raise UserError(f"{shard}: unreadable read-cache shard ({err}); delete it") from None
+            if not (len(k) == len(s) == len(b) == len(e)):
+                raise UserError(f"{shard}: read-cache shard arrays differ in length; delete it")
+            keys.append(k.astype(str))
+            scores.append(s)
+            starts.append(b)
+            ends.append(e)
+        if keys:
+            self._score = np.concatenate(scores).astype(np.float32)
+            self._start = np.concatenate(starts).astype(np.int64)
+            self._end = np.concatenate(ends).astype(np.int64)
+            self._index = {str(k): i for i, k in enumerate(np.concatenate(keys))}
+
+    def lookup(self, keys: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(found bool [K], score [K], start_char [K], end_char [K]) for ``keys``.
+
+        Rows not found hold score ``-inf`` and offsets ``-1``.
+        """
+        self._load()
+        rows = np.array([self._index.get(k, -1) for k in keys], dtype=np.int64)
+        found = rows >= 0
+        score = np.full(len(keys), -np.inf, np.float32)
+        start = np.full(len(keys), -1, np.int64)
+        end = np.full(len(keys), -1, np.int64)
+        hit = rows[found]
+        score[found], start[found], end[found] = self._score[hit], self._start[hit], self._end[hit]
+        return found, score, start, end
+
+    def add(self, keys: list[str], score: np.ndarray, start_char: np.ndarray, end_char: np.ndarray) -> None:
+        """Store reads for ``keys`` (one new shard)."""
+        if len(keys) == 0:
+            return
+        self._load()
+        score = np.asarray(score, np.float32)
+        start_char = np.asarray(start_char, np.int64)
+        end_char = np.asarray(end_char, np.int64)
+        shard = Path(self.directory) / f"reads-{uuid.uuid4().hex}.npz"
+        with atomic_path(shard) as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, keys=np.array(keys, dtype="U64"), score=score, start_char=start_char, end_char=end_char)
+        base = len(self._score)
+        self._score = np.concatenate([self._score, score])
+        self._start = np.concatenate([self._start, start_char])
+        self._end = np.concatenate([self._end, end_char])
+        for i, k in enumerate(keys):
+            self._index[k] = base + i
+
+
+class ExtractiveReader:
+    """Reads the best answer span of (question, passage) pairs with a QA checkpoint.
+
+    Parameters
+    ----------
+    model: hub name, alias (``bert-base``, ``bert-large``, ``distilbert``) or a
+        local directory of an ``AutoModelForQuestionAnswering`` checkpoint.
+    max_length: tokens per window (question + passage + special tokens).
+    stride: tokens of overlap between consecutive windows of a long passage.
+    max_answer_tokens: longest span, in tokens.
+    max_question_tokens: longer questions are cut to this many tokens.
+    batch_size: most windows per forward pass.
+    max_batch_tokens: if set, also caps windows x padded length per pass.
+    device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda[:i]"``.
+    dtype: ``"auto"`` (bfloat16 autocast on CUDA if supported, else float16;
+        float32 on CPU), ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+    num_threads: CPU threads for torch (default: the cores this process may use).
+    pairs_per_chunk: pairs tokenized together; each chunk's reads are added to
+        the cache as soon as they are done.
+    progress: show a tqdm bar over windows.
+
+    Nothing is loaded until the first :meth:`read_pairs` (or :meth:`load`).
+    """
+
+    def __init__(
+        self,
+        model: str = "bert-base",
+        max_length: int = 384,
+        stride: int = 128,
+        max_answer_tokens: int = 30,
+        max_question_tokens: int = 64,
+        batch_size: int = 32,
+        max_batch_tokens: int | None = None,
+        device: str = "auto",
+        dtype: str = "auto",
+        num_threads: int | None = None,
+        pairs_per_chunk: int = 4096,
+        progress: bool = True,
+    ):
+        self.model = model
+        self.max_length = max_length
+        self.stride = stride
+        self.max_answer_tokens = max_answer_tokens
+        self.max_question_tokens = max_question_tokens
+        self.batch_size = batch_size
+        self.max_batch_tokens = max_batch_tokens
+        self.device = device
+        self.dtype = dtype
+        self.num_threads = num_threads
+        self.pairs_per_chunk = pairs_per_chunk
+        self.progress = progress
+
+    # ------------------------------------------------------------------ setup
+    @property
+    def _label(self) -> str:
+        return os.fspath(self.model) if isinstance(self.model, os.PathLike) else str(self.model)
+
+    def _check_params(self) -> None:
+        for name in ("max_length", "stride", "max_answer_tokens", "max_question_tokens", "batch_size", "pairs_per_chunk"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < (0 if name == "stride" else 1):
+                raise UserError(f"reader {name}={value!r}: must be a positive integer")
+        if self.max_question_tokens + 4 + self.stride >= self.max_length:
+            raise UserError(
+                f"reader stride={self.stride} with max_question_tokens={self.max_question_tokens} leaves no passage "
+                f"tokens in max_length={self.max_length}: need stride + max_question_tokens + 4 < max_length"
+            )
+        if self.max_batch_tokens is not None and self.max_batch_tokens < self.max_length:
+            raise UserError(f"reader max_batch_tokens={self.max_batch_tokens}: must be at least max_length={self.max_length}")
+        if self.dtype not in _DTYPES:
+            raise UserError(f"reader dtype={self.dtype!r}: expected one of {', '.join(_DTYPES)}")
+        dev = str(self.device)
+        if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
+            raise UserError(f"reader device={self.device!r}: expected auto, cpu, cuda or cuda:<index>")
+
+    def _resolve_device_dtype(self):
+        import torch
+
+        dev = str(self.device)
+        if dev == "auto":
+            dev = "cuda" if torch.cuda.is_available() else "cpu"
+        if dev.startswith("cuda"):
+            if not torch.cuda.is_available():
+                raise UserError(f"reader device={self.device!r}: CUDA is not available on this machine")
+            index = int(dev[5:]) if ":" in dev else 0
+            if index >= torch.cuda.device_count():
+                raise UserError(f"reader device={self.device!r}: only {torch.cuda.device_count()} CUDA device(s)")
+        if self.dtype == "auto":
+            if dev.startswith("cuda"):
+                dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+            else:
+                dtype = "float32"
+        else:
+            dtype = self.dtype
+        return dev, dtype
+
+    def _resolve_source(self) -> tuple[str, str | None, Path]:
+        """(what from_pretrained loads, hub revision or None, a local dir holding config.json)."""
+        name = ALIASES.get(self._label, self._label)
+        path = Path(name).expanduser()
+        if path.exists():
+            if not path.is_dir():
+                raise UserError(f"reader model '{self._label}': {path} is not a model directory")
+            return str(path), None, path
+        looks_like_path = name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
+        if looks_like_path:
+            raise UserError(f"reader model '{self._label}': no such directory")
+        try:
+            from huggingface_hub import snapshot_download
+
+            local = Path(snapshot_download(name, allow_patterns=_HUB_META_FILES))
+        except Exception as err:  # offline, unknown repo, auth: all mean "cannot resolve"
+            kind = type(err).__name__
+            raise UserError(
+                f"reader model '{self._label}' ({name}) cannot be resolved from the hub or the local HF cache "
+                f"({kind}); pass a local checkpoint directory or pre-fill the HF cache"
+            ) from None
+        return name, local.name, local
+
+    def _model_identity(self, source: str, revision: str | None, local: Path) -> str:
+        if revision is not None:
+            return f"hub:{source}@{revision}"
+        return f"dir:{_dir_content_hash(local)}"
+
+    def _check_is_qa_checkpoint(self, local: Path) -> None:
+        config_path = local / "config.json"
+        if not config_path.is_file():
+            raise UserError(f"reader model '{self._label}': {config_path} is missing (not a transformers checkpoint)")
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise UserError(f"{config_path}: unreadable config ({err})") from None
+        architectures = config.get("architectures") or []
+        if architectures and not any(str(a).endswith("ForQuestionAnswering") for a in architectures):
+            raise UserError(
+                f"reader model '{self._label}': {config_path} architectures {architectures} have no "
+                f"question-answering head; pass an extractive QA checkpoint (…ForQuestionAnswering)"
+            )
+
+    def _identity(self) -> str:
+        """Model identity + every parameter that changes a read (the cache-key prefix)."""
+        if getattr(self, "_identity_", None) is None:
+            self._check_params()
+            source, revision, local = self._resolve_source()
+            self._check_is_qa_checkpoint(local)
+            _, dtype = self._resolve_device_dtype()
+            self._source_ = (source, revision)
+            params = {
+                "max_length": int(self.max_length),
+                "stride": int(self.stride),
+                "max_answer_tokens": int(self.max_answer_tokens),
+                "max_question_tokens": int(self.max_question_tokens),
+                "dtype": dtype,
+            }
+            self._identity_ = sha256_text("extractive-reader-v1", self._model_identity(source, revision, local), json.dumps(params, sort_keys=True))
+        return self._identity_
+
+    def load(self) -> "ExtractiveReader":
+        """Load tokenizer and model (done once, on first use)."""
+        if getattr(self, "model_", None) is not None:
+            return self
+        import torch
+        from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+        self._identity()
+        source, revision = self._source_
+        device, dtype = self._resolve_device_dtype()
+        if device == "cpu":
+            torch.set_num_threads(int(self.num_threads or _available_cores()))
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
+        except Exception as err:
+            raise UserError(f"reader model '{self._label}': cannot load its tokenizer ({type(err).__name__}: {err})") from None
+        if not getattr(tokenizer, "is_fast", False):
+            raise UserError(f"reader model '{self._label}': needs a fast tokenizer (tokenizer.json); none found")
+        try:
+            model, info = AutoModelForQuestionAnswering.from_pretrained(source, revision=revision, output_loading_info=True)
+        except Exception as err:
+            raise UserError(f"reader model '{self._label}': cannot load as a QA model ({type(err).__name__}: {err})") from None
+        missing = sorted(info.get("missing_keys") or [])
+        if missing:
+            raise UserError(
+                f"reader model '{self._label}': checkpoint lacks weights {missing[:4]} (a random QA head would be "
+                f"used); pass an extractive QA checkpoint"
+            )
+        model.eval().to(device)
+        self.tokenizer_ = tokenizer
+        self.model_ = model
+        self.device_ = device
+        self.dtype_ = dtype
+        self.context_first_ = tokenizer.padding_side == "left"  # e.g. XLNet: passage, then question
+        return self
+
+    # ------------------------------------------------------------------ keys
+    def pair_keys(self, questions: list[str], passages: list[str]) -> list[str]:
+        """Content-hash cache keys of the pairs (model + reader params + texts)."""
+        prefix = self._identity()
+        return [sha256_text(prefix, q, p) for q, p in zip(questions, passages)]
+
+    # ------------------------------------------------------------------ reading
+    def read_pairs(self, questions: list[str], passages: list[str], cache: ReadCache | None = None) -> PassageReads:
+        """The best span of every ``(questions[i], passages[i])`` pair.
+
+        With a ``cache``, pairs already read (same model, parameters and texts)
+        are taken from it and new reads are added to it.
+        """
+        questions = _as_texts(questions, "questions")
+        passages = _as_texts(passages, "passages")
+        if len(questions) != len(passages):
+            raise UserError(f"read_pairs: {len(questions)} questions but {len(passages)} passages (one per pair)")
+        keys = self.pair_keys(questions, passages)
+        # duplicate pairs are read once: row_of[i] is pair i's row among the distinct keys
+        distinct: dict[str, int] = {}
+        row_of = np.array([distinct.setdefault(k, len(distinct)) for k in keys], dtype=np.int64)
+        dkeys = list(distinct)
+        first = np.unique(row_of, return_index=True)[1]  # first pair of each distinct key
+        found = np.zeros(len(dkeys), bool)
+        score = np.full(len(dkeys), -np.inf, np.float32)
+        start = np.full(len(dkeys), -1, np.int64)
+        end = np.full(len(dkeys), -1, np.int64)
+        if cache is not None:
+            found, score, start, end = cache.lookup(dkeys)
+        blank = np.array([not passages[i].strip() for i in first], dtype=bool)
+        todo = np.flatnonzero(~found & ~blank)
+        if len(todo):
+            self.load()
+            bar = _progress_bar(self.progress)
+            try:
+                for lo in range(0, len(todo), self.pairs_per_chunk):
+                    rows = todo[lo : lo + self.pairs_per_chunk]
+                    qs = [questions[first[r]] for r in rows]
+                    ps = [passages[first[r]] for r in rows]
+                    s, b, e = self._read_chunk(qs, ps, bar)
+                    score[rows], start[rows], end[rows] = s, b, e
+                    if cache is not None:
+                        cache.add([dkeys[r] for r in rows], s, b, e)
+            finally:
+                if bar is not None:
+                    bar.close()
+        score, start, end = score[row_of], start[row_of], end[row_of]
+        text = [p[b:e] if b >= 0 else "" for p, b, e in zip(passages, start.tolist(), end.tolist())]
+        return PassageReads(text=text, score=score, start_char=start, end_char=end, n_read=int(len(todo)), n_reused=int(found.sum()))
+
+    def _cut_questions(self, questions: list[str]) -> list[str]:
+        """Questions longer than ``max_question_tokens`` cut to that many tokens."""
+        distinct = list(dict.fromkeys(questions))
+        enc = self.tokenizer_(distinct, add_special_tokens=False, return_offsets_mapping=True)
+        cut = {}
+        for q, offsets in zip(distinct, enc["offset_mapping"]):
+            if len(offsets) > self.max_question_tokens:
+                cut[q] = q[: offsets[self.max_question_tokens - 1][1]]
+        return [cut.get(q, q) for q in questions] if cut else questions
+
+    def _read_chunk(self, questions: list[str], passages: list[str], bar):
+        import torch
+
+        tok = self.tokenizer_
+        questions = self._cut_questions(questions)
+        first, second = (passages, questions) if self.context_first_ else (questions, passages)
+        enc = tok(
+            first,
+            second,
+            truncation="only_first" if self.context_first_ else "only_second",
+            max_length=self.max_length,
+            stride=self.stride,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+            padding="longest",
+            return_tensors="np",
+        )
+        pair_of = np.asarray(enc["overflow_to_sample_mapping"], dtype=np.int64)
+        offsets = np.asarray(enc["offset_mapping"], dtype=np.int64)  # [W, L, 2]
+        mask = np.asarray(enc["attention_mask"], dtype=np.int64)
+        n_windows, width = mask.shape
+        # passage tokens of a window are one contiguous run: [ctx_lo, ctx_hi]
+        context_id = 0 if self.context_first_ else 1
+        ctx_lo = np.full(n_windows, 0, np.int64)
+        ctx_hi = np.full(n_windows, -1, np.int64)
+        for w in range(n_windows):
+            seq = enc.sequence_ids(w)
+            try:
+                ctx_lo[w] = seq.index(context_id)
+                ctx_hi[w] = len(seq) - 1 - seq[::-1].index(context_id)
+            except ValueError:
+                pass  # no passage token in this window
+        model_inputs = {k: np.asarray(enc[k]) for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc}
+        if "token_type_ids" in model_inputs and "token_type_ids" not in tok.model_input_names:
+            del model_inputs["token_type_ids"]
+        lengths = mask.sum(1)
+        order = np.argsort(-lengths, kind="stable")  # longest first: memory peaks early
+        win_score = np.full(n_windows, -np.inf, np.float32)
+        win_start = np.zeros(n_windows, np.int64)
+        win_end = np.zeros(n_windows, np.int64)
+        if bar is not None:
+            bar.total = (bar.total or 0) + n_windows
+            bar.refresh()
+        device = self.device_
+        use_autocast = self.dtype_ != "float32"
+        amp_dtype = getattr(torch, self.dtype_)
+        with torch.inference_mode():
+            for batch in _batches(lengths[order], self.batch_size, self.max_batch_tokens):
+                rows = order[batch]
+                span = int(lengths[rows].max())
+                inputs = {k: torch.from_numpy(v[rows, :span]).to(device) for k, v in model_inputs.items()}
+                with torch.autocast(device_type=device.split(":")[0], dtype=amp_dtype, enabled=use_autocast):
+                    out = self.model_(**inputs)
+                s, i, j = best_spans(
+                    out.start_logits.float(),
+                    out.end_logits.float(),
+                    torch.from_numpy(ctx_lo[rows]).to(device),
+                    torch.from_numpy(ctx_hi[rows]).to(device),
+                    self.max_answer_tokens,
+                )
+                win_score[rows], win_start[rows], win_end[rows] = s.cpu().numpy(), i.cpu().numpy(), j.cpu().numpy()
+                if bar is not None:
+                    bar.update(len(rows))
+        # the pair's answer: its best window
+        n_pairs = len(questions)
+        pick = np.lexsort((-win_score, pair_of))
+        _, head = np.unique(pair_of[pick], return_index=True)
+        best = pick[head]
+        score = np.full(n_pairs, -np.inf, np.float32)
+        start = np.full(n_pairs, -1, np.int64)
+        end = np.full(n_pairs, -1, np.int64)
+        ok = np.isfinite(win_score[best])
+        best_ok = best[ok]
+        pairs_ok = pair_of[best_ok]
+        score[pairs_ok] = win_score[best_ok]
+        start[pairs_ok] = offsets[best_ok, win_start[best_ok], 0]
+        end[pairs_ok] = offsets[best_ok, win_end[best_ok], 1]
+        return score, start, end
+
+
+def best_spans(start_logits, end_logits, ctx_lo, ctx_hi, max_answer_tokens: int):
+    """Best span per window by start + end logit (Devlin et al., 2019, §4.2).
+
+    ``start_logits``/``end_logits`` are float tensors [B, L]; the span must lie
+    in ``[ctx_lo, ctx_hi]`` (the passage tokens) with ``i <= j < i +
+    max_answer_tokens``.  Instead of the full L x L table this scores the band
+    of the upper triangle only: ``score[b, i, k] = start[b, i] + end[b, i + k]``
+    for ``k < max_answer_tokens`` (B x L x A work).  Returns (score, i, j) per
+    window; score is ``-inf`` for a window without passage tokens.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    batch, width = start_logits.shape
+    pos = torch.arange(width, device=start_logits.device)
+    inside = (pos[None, :] >= ctx_lo[:, None]) & (pos[None, :] <= ctx_hi[:, None])
+    neg = torch.tensor(float("-inf"), device=start_logits.device, dtype=start_logits.dtype)
+    start = torch.where(inside, start_logits, neg)
+    end = torch.where(inside, end_logits, neg)
+    band = int(max_answer_tokens)
+    end_band = F.pad(end, (0, band - 1), value=float("-inf")).unfold(1, band, 1)  # [B, L, A]: end[b, i + k]
+    total = (start[:, :, None] + end_band).reshape(batch, -1)
+    score, flat = total.max(dim=1)
+    i = torch.div(flat, band, rounding_mode="floor")
+    j = i + flat % band
+    return score, i, j
+
+
+def _batches(sorted_lengths: np.ndarray, batch_size: int, max_batch_tokens: int | None):
+    """Slices of consecutive windows (sorted by length, longest first) per forward pass."""
+    n = len(sorted_lengths)
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + batch_size)
+        if max_batch_tokens is not None:
+            # longest first: the batch's padded width is its first window's length
+            fit = max(1, int(max_batch_tokens // max(int(sorted_lengths[lo]), 1)))
+            hi = min(hi, lo + fit)
+        yield slice(lo, hi)
+        lo = hi
+
+
+def _progress_bar(enabled: bool):
+    """A bar over windows (its total grows as each chunk of pairs is tokenized)."""
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=0, unit="window", desc="reading", leave=False)
+
+
+def _as_texts(values, name: str) -> list[str]:
+    if isinstance(values, str):
+        raise UserError(f"read_pairs {name}: expected a list of strings, got one string")
+    values = list(values)
+    for i, v in enumerate(values):
+        if not isinstance(v, str):
+            raise UserError(f"read_pairs {name}[{i}]: expected a string, got {type(v).__name__}")
+    return values
+
+
+def _available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_DIR_HASHES: dict[tuple, str] = {}
+
+
+def _dir_content_hash(directory: Path) -> str:
+    """sha256 over config.json and the weight files of a checkpoint directory (memoized per process)."""
+    files = sorted(p for p in directory.iterdir() if p.is_file() and (p.name == "config.json" or p.name.endswith(_WEIGHT_SUFFIXES)))
+    stamp = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    memo = (str(directory.resolve()), stamp)
+    if memo not in _DIR_HASHES:
+        h = hashlib.sha256()
+        for p in files:
+            h.update(p.name.encode())
+            with open(p, "rb") as f:
+                while block := f.read(1 << 22):
+                    h.update(block)
+        _DIR_HASHES[memo] = h.hexdigest()
+    return _DIR_HASHES[memo]
