@@ -1,0 +1,270 @@
+"""BEIR / MTEB retrieval sets (``beir:NAME``, ``mteb:NAME``) as document-level datasets.
+
+Thakur et al. 2021, "BEIR: A Heterogeneous Benchmark for Zero-shot Evaluation
+of Information Retrieval Models"; Muennighoff et al. 2023, "MTEB: Massive Text
+Embedding Benchmark" (whose retrieval tasks are the BEIR sets).
+
+The BEIR layout, read from ``$QA_DATA_DIR/NAME/`` (or ``--data-file DIR``, or
+``beir:/path/to/DIR``)::
+
+    corpus.jsonl[.gz]     {"_id", "title", "text"} per line
+    queries.jsonl[.gz]    {"_id", "text"} per line
+    qrels/{split}.tsv     query-id <TAB> corpus-id <TAB> score, with a header line
+
+When there is no local copy the Hugging Face datasets ``mteb/NAME``
+(``mteb:NAME``) or ``BeIR/NAME`` + ``BeIR/NAME-qrels`` (``beir:NAME``) are
+tried, which needs a network connection.
+
+The dataset has ``level="document"``: candidate text = ``title + " " + text``
+(how BEIR's dense models and Pyserini's flat BEIR indexes see a document),
+titles kept; queries = the queries judged in the split's qrels, in qrels order
+(as BEIR's loader keeps them); ``gold`` = judged documents with grade > 0 and
+``gold_grades`` their grades.  There are no answer strings, so the reader stage
+does not apply (see :data:`NO_ANSWERS_MESSAGE`).  Score rankings with
+:mod:`eval.beir_metrics`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from data.errors import UserError
+from data.types import Corpus, Dataset, Queries
+
+NO_ANSWERS_MESSAGE = (
+    "{name}: reader stage skipped: this BEIR/MTEB retrieval set has relevance judgements but no answer strings;"
+    " only retrieval metrics (nDCG@10, MRR@10, R@100, R@1000) are reported"
+)
+
+BEIR_SPLITS = ("train", "dev", "test")
+
+
+def load_beir(split: str, *, data_dir: Path | None = None, data_file: Path | None = None, arg: str | None = None,
+              skip_bad_records: bool = False) -> Dataset:
+    """Registry loader for ``beir:NAME`` (local BEIR directory, else ``BeIR/NAME`` on the hub)."""
+    return _load(split, data_dir=data_dir, data_file=data_file, arg=arg, hub="BeIR", prefix="beir")
+
+
+def load_mteb(split: str, *, data_dir: Path | None = None, data_file: Path | None = None, arg: str | None = None,
+              skip_bad_records: bool = False) -> Dataset:
+    """Registry loader for ``mteb:NAME`` (local BEIR directory, else ``mteb/NAME`` on the hub)."""
+    return _load(split, data_dir=data_dir, data_file=data_file, arg=arg, hub="mteb", prefix="mteb")
+
+
+def _load(split, *, data_dir, data_file, arg, hub, prefix) -> Dataset:
+    if not arg:
+        raise UserError(f"{prefix}: name the dataset, e.g. {prefix}:scifact")
+    name = f"{prefix}:{Path(arg).name if os.sep in arg else arg}"
+    local = _local_dir(arg, data_dir, data_file)
+    if local is not None:
+        return read_beir_dir(local, split, name=name)
+    if data_dir is None and os.environ.get("QA_DATA_DIR"):
+        data_dir = Path(os.environ["QA_DATA_DIR"])
+    where = Path(data_dir) / arg if data_dir else Path("$QA_DATA_DIR") / arg
+    message = (f"{name}: no local BEIR copy at {where} (create it with corpus.jsonl[.gz], queries.jsonl[.gz],"
+               f" qrels/{split}.tsv)")
+    if hub_offline():
+        raise UserError(message + "; hub access is switched off (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)")
+    try:
+        corpus_rows, query_rows, qrels_rows = _from_hub(hub, arg, split)
+    except Exception as e:  # offline, unknown name, or no such split on the hub
+        raise UserError(message + f"; {hub}/{arg} could not be loaded from the hub ({type(e).__name__})") from None
+    return build_beir(corpus_rows, query_rows, qrels_rows, name=name, split=split,
+                      sources={f"hf:{hub}/{arg}": split}, where=f"{hub}/{arg}")
+
+
+def _local_dir(arg: str, data_dir: Path | None, data_file: Path | None) -> Path | None:
+    if data_file is not None:
+        if not Path(data_file).is_dir():
+            raise UserError(f"{data_file}: not a directory (a BEIR dataset is a directory with corpus.jsonl, queries.jsonl, qrels/)")
+        return Path(data_file)
+    if Path(arg).is_dir() and (os.sep in arg or arg.startswith(".")):
+        return Path(arg)
+    if data_dir is None and os.environ.get("QA_DATA_DIR"):
+        data_dir = Path(os.environ["QA_DATA_DIR"])
+    if data_dir is not None:
+        for cand in (arg, arg.lower()):
+            p = Path(data_dir) / cand
+            if p.is_dir():
+                return p
+    return None
+
+
+# ----------------------------------------------------------------- local files
+def _find(directory: Path, stem: str) -> Path:
+    for suffix in ("", ".gz"):
+        p = directory / f"{stem}{suffix}"
+        if p.is_file():
+            return p
+    raise UserError(f"{directory}: missing {stem} (or {stem}.gz) in this BEIR directory")
+
+
+def _open_text(path: Path):
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    return gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")
+
+
+def read_jsonl(path: Path) -> Iterator[dict]:
+    """Records of a JSONL file (plain or gzipped); a bad line is a one-line UserError."""
+    try:
+        with _open_text(path) as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise UserError(f"{path}: line {lineno}: malformed JSON ({e.msg})") from None
+                if not isinstance(rec, dict):
+                    raise UserError(f"{path}: line {lineno}: expected a JSON object")
+                yield rec
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: cannot read ({e})") from None
+
+
+def read_qrels(path: Path) -> Iterator[tuple[str, str, int]]:
+    """(query id, corpus id, grade) rows of a BEIR qrels TSV; the header line is skipped."""
+    try:
+        with _open_text(path) as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                cols = line.rstrip("\n").split("\t")
+                if len(cols) != 3:
+                    raise UserError(f"{path}: line {lineno}: expected 3 tab-separated columns, got {len(cols)}")
+                try:
+                    grade = int(float(cols[2]))
+                except ValueError:
+                    if lineno == 1:
+                        continue  # header: query-id corpus-id score
+                    raise UserError(f"{path}: line {lineno}: score {cols[2]!r} is not a number") from None
+                yield cols[0], cols[1], grade
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: cannot read ({e})") from None
+
+
+def read_beir_dir(directory: str | Path, split: str, *, name: str | None = None) -> Dataset:
+    """A BEIR-layout directory as a document-level :class:`Dataset` for ``split``."""
+    from data.io import sha256_file
+
+    directory = Path(directory)
+    name = name or f"beir:{directory.name}"
+    qrels_path = directory / "qrels" / f"{split}.tsv"
+    if not qrels_path.is_file():
+        have = sorted(p.stem for p in (directory / "qrels").glob("*.tsv")) if (directory / "qrels").is_dir() else []
+        raise UserError(f"{qrels_path}: no such file; {name} has splits: {', '.join(have) or 'none'}")
+    corpus_path = _find(directory, "corpus.jsonl")
+    queries_path = _find(directory, "queries.jsonl")
+    sources = {str(p): sha256_file(p) for p in (corpus_path, queries_path, qrels_path)}
+    return build_beir(read_jsonl(corpus_path), read_jsonl(queries_path), read_qrels(qrels_path),
+                      name=name, split=split, sources=sources, where=str(directory))
+
+
+# ------------------------------------------------------------------------ hub
+def hub_offline() -> bool:
+    """True when the user switched hub access off (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``)."""
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+def _from_hub(hub: str, arg: str, split: str):
+    import datasets
+
+    if hub == "mteb":
+        corpus = datasets.load_dataset(f"mteb/{arg}", "corpus", split="corpus")
+        queries = datasets.load_dataset(f"mteb/{arg}", "queries", split="queries")
+        qrels = datasets.load_dataset(f"mteb/{arg}", "default", split=split)
+    else:
+        corpus = datasets.load_dataset(f"BeIR/{arg}", "corpus", split="corpus")
+        queries = datasets.load_dataset(f"BeIR/{arg}", "queries", split="queries")
+        qrels = datasets.load_dataset(f"BeIR/{arg}-qrels", split=split)
+    qrels_rows = ((str(r["query-id"]), str(r["corpus-id"]), int(r["score"])) for r in qrels)
+    return corpus, queries, qrels_rows
+
+
+# ---------------------------------------------------------------------- build
+def build_beir(
+    corpus_rows: Iterable[dict],
+    query_rows: Iterable[dict],
+    qrels_rows: Iterable[tuple[str, str, int]],
+    *,
+    name: str,
+    split: str,
+    sources: dict | None = None,
+    where: str = "",
+) -> Dataset:
+    """Corpus/queries/qrels records -> a document-level :class:`Dataset`.
+
+    Qrels rows naming a document missing from the corpus are dropped and
+    counted in ``sources["qrels_unknown_docs"]``; queries judged in the qrels
+    but missing from the queries file are an error.
+    """
+    from tqdm.auto import tqdm
+
+    ids: list[str] = []
+    texts: list[str] = []
+    titles: list[str] = []
+    row_of: dict[str, int] = {}
+    for rec in tqdm(corpus_rows, desc=f"{name} corpus", unit="doc", leave=False, mininterval=2):
+        doc_id = str(rec.get("_id", rec.get("id", "")))
+        if not doc_id:
+            raise UserError(f"{where}: corpus record without '_id'")
+        if doc_id in row_of:
+            raise UserError(f"{where}: corpus id {doc_id!r} appears twice")
+        title = rec.get("title") or ""
+        body = rec.get("text") or ""
+        row_of[doc_id] = len(ids)
+        ids.append(doc_id)
+        titles.append(title)
+        texts.append(f"{title} {body}".strip() if title else body.strip())
+
+    query_text = {str(r.get("_id", r.get("id", ""))): r.get("text") or "" for r in query_rows}
+
+    judged: dict[str, list[tuple[int, int]]] = {}
+    unknown_docs = 0
+    for qid, doc_id, grade in qrels_rows:
+        lst = judged.setdefault(qid, [])
+        row = row_of.get(doc_id)
+        if row is None:
+            unknown_docs += 1
+            continue
+        if grade > 0:
+            lst.append((row, grade))
+    if not judged:
+        raise UserError(f"{where}: qrels for split {split!r} are empty")
+    missing = [q for q in judged if q not in query_text]
+    if missing:
+        raise UserError(f"{where}: {len(missing)} judged queries are not in the queries file (first: {missing[0]!r})")
+
+    q_ids = list(judged)
+    gold = [np.asarray([r for r, _ in judged[q]], dtype=np.int64) for q in q_ids]
+    grades = [np.asarray([g for _, g in judged[q]], dtype=np.int64) for q in q_ids]
+    corpus = Corpus(
+        ids=ids,
+        texts=texts,
+        contexts=texts,
+        paragraph_ids=np.arange(len(ids), dtype=np.int64),
+        titles=titles,
+        paragraph_texts=texts,
+        language="en",
+    )
+    queries = Queries(
+        ids=q_ids,
+        texts=[query_text[q] for q in q_ids],
+        gold=gold,
+        question_keys=list(q_ids),
+        question_ids=list(q_ids),
+        answers=[[] for _ in q_ids],
+        gold_grades=grades,
+        language="en",
+    )
+    meta = dict(sources or {})
+    meta["qrels_unknown_docs"] = unknown_docs
+    return Dataset(name=name, split=split, corpus=corpus, queries=queries, sources=meta, level="document")
