@@ -1,0 +1,148 @@
+"""Thai segmentation and ReQA-style iapp_wiki_qa_squad (data.thai) on real data.zip slices."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from data.errors import UserError
+from data.thai import (
+    crfcut_spans,
+    load_iapp,
+    merge_spans_for_answers,
+    rejoin_spans,
+    thai_sentence_breaks,
+    thai_word_tokens,
+)
+
+DATA = Path(os.environ.get("QA_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+ZIP = DATA / "iapp_wiki_qa_squad" / "data.zip"
+
+
+def zip_records(member, n=None):
+    with zipfile.ZipFile(ZIP) as zf:
+        lines = zf.read(member).decode("utf-8").splitlines()
+    return [json.loads(line) for line in lines[:n] if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory):
+    old = os.environ.get("QA_CACHE_DIR")
+    os.environ["QA_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    try:
+        yield load_iapp("dev", data_dir=DATA, data_file=None, arg=None)
+    finally:
+        if old is None:
+            os.environ.pop("QA_CACHE_DIR", None)
+        else:
+            os.environ["QA_CACHE_DIR"] = old
+
+
+# ------------------------------------------------------------- segmentation
+def test_sentence_spans_are_exact_trimmed_and_cover_the_text():
+    contexts = list(dict.fromkeys(r["context"] for r in zip_records("data/valid.jsonl", 80)))
+    for text in contexts:
+        spans = thai_sentence_breaks(text)
+        assert spans and all(s < e for s, e in spans)
+        assert all(e1 <= s2 for (_, e1), (s2, _) in zip(spans, spans[1:]))
+        assert all(not text[s].isspace() and not text[e - 1].isspace() for s, e in spans)
+        covered = set().union(*(range(s, e) for s, e in spans))
+        assert all(i in covered for i, ch in enumerate(text) if not ch.isspace())
+        assert all("\n" not in text[s:e] for s, e in spans)  # line breaks are sentence breaks
+    # the first validation paragraph opens with a life-span date: it stays in one sentence
+    first = contexts[0]
+    head = first[slice(*thai_sentence_breaks(first)[0])]
+    assert "(1 พฤศจิกายน พ.ศ. 2476 - 31 กรกฎาคม พ.ศ. 2555)" in head
+
+
+def test_rejoin_rules():
+    text = "ก พ.ศ. 2500 ข"
+    assert rejoin_spans(text, [(0, 6), (7, 13)]) == [(0, 13)]  # after a Thai abbreviation
+    text = "ใคร ใคร...ก็บินได้"
+    cut = text.index("ก็")
+    assert rejoin_spans(text, [(0, cut), (cut, len(text))]) == [(0, len(text))]  # no white space between
+    text = "ก พ.ศ.\n2500"
+    assert rejoin_spans(text, [(0, 6), (7, 11)]) == [(0, 6), (7, 11)]  # never across a line break
+    text = "แมวนอน หมาเห่า"
+    assert rejoin_spans(text, [(0, 6), (7, 14)]) == [(0, 6), (7, 14)]
+
+
+def test_merge_spans_for_answers():
+    spans = [(0, 5), (6, 10), (11, 15)]
+    assert merge_spans_for_answers(spans, [(1, 4)]) == (spans, 0, 0)
+    assert merge_spans_for_answers(spans, [(3, 8)]) == ([(0, 10), (11, 15)], 1, 1)
+    assert merge_spans_for_answers(spans, [(3, 12), (7, 9)]) == ([(0, 15)], 1, 2)
+    assert merge_spans_for_answers(spans, [(3, 8), (9, 12)]) == ([(0, 15)], 2, 2)
+
+
+def test_word_tokens_drop_white_space_and_keep_every_character():
+    text = "ผมชอบกินข้าว แต่เธอชอบกินขนม Apple 2019"
+    tokens = thai_word_tokens(text)
+    assert "".join(tokens) == text.replace(" ", "")
+    assert all(t.strip() == t and t for t in tokens)
+    assert {"ผม", "ชอบ", "เธอ", "ขนม", "Apple", "2019"} <= set(tokens)
+
+
+# ------------------------------------------------------------------ dataset
+def test_validation_split_answer_sentences_contain_the_answers(dev):
+    q, c = dev.queries, dev.corpus
+    print(f"\niapp validation: {len(q)} query inputs, {len(c)} candidates, {len(c.paragraph_texts)} paragraphs,"
+          f" {({k: v for k, v in dev.sources.items() if not k.startswith('/')})}")
+    assert dev.name == "iapp_wiki_qa_squad" and dev.split == "dev" and q.language == c.language == "th"
+    assert len(q) == 742  # every question has one answer, so one query input each
+    assert len(c.paragraph_texts) == 190  # distinct validation contexts
+    for i in range(len(q)):
+        assert any(a in q.answer_sentences[i] for a in q.answers[i])
+        assert len(q.gold[i]) >= 1 and all(c.texts[r] == q.answer_sentences[i] for r in q.gold[i])
+    assert all(t in ctx for t, ctx in zip(c.texts, c.contexts))
+    assert dev.sources["answers_between_sentences"] == 0
+    assert 0 < dev.sources["iapp_straddling"] <= dev.sources["iapp_straddling_crfcut"]
+    assert dev.sources["iapp_breaks_merged"] >= dev.sources["iapp_straddling"]
+
+
+def test_answer_crossing_a_crfcut_break_is_one_candidate(dev):
+    # validation record: answer "ทรูวิชั่นส์ ในแพ็คเกจตามสั่ง" spans two crfcut sentences
+    rows = [i for i, a in enumerate(dev.queries.answers) if a == ["ทรูวิชั่นส์ ในแพ็คเกจตามสั่ง"]]
+    assert rows
+    sentence = dev.queries.answer_sentences[rows[0]]
+    assert "ทรูวิชั่นส์ ในแพ็คเกจตามสั่ง" in sentence
+    context = dev.corpus.contexts[int(dev.queries.gold[rows[0]][0])]
+    start = context.index("ทรูวิชั่นส์ ในแพ็คเกจตามสั่ง")
+    end = start + len("ทรูวิชั่นส์ ในแพ็คเกจตามสั่ง")
+    # the segmenter alone (crfcut + rejoin rules) cuts inside this answer; the dataset merged the pieces
+    assert sum(1 for s, e in thai_sentence_breaks(context) if s < end and start < e) >= 2
+    assert sum(1 for s, e in crfcut_spans(context) if s < end and start < e) >= 2
+
+
+def test_train_slice_from_a_jsonl_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "cache"))
+    rows = zip_records("data/train.jsonl", 150)
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    ds = load_iapp("train", data_dir=None, data_file=path, arg=None)
+    assert len(ds.queries) == 150
+    assert sorted(ds.queries.question_ids) == sorted(r["question_id"] for r in rows)
+    for i in range(len(ds.queries)):
+        assert ds.queries.answers[i][0] in ds.queries.answer_sentences[i]
+    # answers padded with white space are trimmed, never lost
+    padded = [r for r in rows if r["answers"]["text"][0] != r["answers"]["text"][0].strip()]
+    assert ds.sources["iapp_answers_trimmed"] == len(padded)
+
+
+def test_errors_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UserError) as err:
+        load_iapp("test", data_dir=tmp_path, data_file=None, arg=None)
+    assert "\n" not in str(err.value) and str(tmp_path / "iapp_wiki_qa_squad" / "data.zip") in str(err.value)
+    with pytest.raises(UserError, match="no split 'dev2'"):
+        load_iapp("dev2", data_dir=DATA, data_file=None, arg=None)
+    bad = tmp_path / "bad.jsonl"
+    row = zip_records("data/test.jsonl", 1)[0]
+    row["answers"]["answer_start"] = [row["answers"]["answer_start"][0] + 3]
+    bad.write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
+    with pytest.raises(UserError, match="does not point at"):
+        load_iapp("test", data_dir=None, data_file=bad, arg=None)
