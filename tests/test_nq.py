@@ -14,7 +14,6 @@ from __future__ import annotations
 import gzip
 import json
 
-import numpy as np
 import pytest
 
 from data.errors import UserError
