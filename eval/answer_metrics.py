@@ -1,0 +1,229 @@
+"""Answer-string metrics: exact match, token F1, ROUGE-L, METEOR (and BERT-F1).
+
+* ``exact_match`` / ``f1`` follow the official SQuAD v1.1 evaluation script
+  (Rajpurkar et al. 2016, "SQuAD: 100,000+ Questions for Machine Comprehension
+  of Text"): answers are normalized by lower-casing, removing ASCII punctuation,
+  removing the articles a/an/the and collapsing white space; F1 is the
+  bag-of-tokens overlap F1; the score of a prediction is the maximum over the
+  gold answers.  As in that script, a prediction and a gold answer that both
+  normalize to the empty string (``"The"`` vs ``"a"``) have EM 1 but F1 0.
+* ``language="th"`` (Thai, written without spaces between words): the same
+  lower-casing, punctuation removal and white-space collapsing, no article
+  removal, and F1 tokens from PyThaiNLP's ``word_tokenize`` with its default
+  offline dictionary engine ``newmm`` (white-space tokens dropped).
+* ``rouge_l``: ROUGE-L F-measure (Lin 2004) from the ``rouge-score`` package,
+  maximum over gold answers.  Its default tokenizer keeps only ``[a-z0-9]``
+  runs, which would erase Thai, so ``language="th"`` tokenizes with PyThaiNLP
+  as above.
+* ``meteor``: METEOR (Banerjee & Lavie 2005) from NLTK's ``meteor_score``
+  with its default parameters (alpha 0.9, beta 3, gamma 0.5, Porter stemmer,
+  WordNet synonyms, lower-casing), on tokens from NLTK's Treebank-style
+  ``NLTKWordTokenizer`` (no sentence splitting, so no punkt data is needed);
+  NLTK takes the maximum over gold answers.  WordNet is found or built on first
+  use by ``eval.wordnet.wordnet_reader``.  For Thai, tokens come from PyThaiNLP
+  (WordNet synonyms then never fire; exact matches still count).
+* BERT-F1: see ``eval.bertscore.bert_f1``.
+
+``answer_metrics`` scores a whole run at once and returns one array per metric
+(NaN for questions without gold answers).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+from data.errors import UserError
+
+LANGUAGES = ("en", "th")
+METRICS = ("em", "f1", "rouge_l", "meteor")
+
+_PUNCTUATION = frozenset(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def _check_language(language: str) -> None:
+    if language not in LANGUAGES:
+        raise UserError(f"language {language!r}: answer metrics support {', '.join(LANGUAGES)}")
+
+
+def _check_golds(golds) -> None:
+    if isinstance(golds, str):
+        raise UserError(f"gold answers must be a list of strings, got the string {golds!r}")
+    if len(golds) == 0:
+        raise UserError("no gold answers to score against (empty list)")
+
+
+def normalize_answer(text: str, language: str = "en") -> str:
+    """SQuAD v1.1 answer normalization (no article removal for Thai)."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    if language == "en":
+        text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+@lru_cache(maxsize=1)
+def _thai_tokenize():
+    from pythainlp.tokenize import word_tokenize
+
+    def tokenize(text: str) -> list[str]:
+        return [t for t in word_tokenize(text, engine="newmm", keep_whitespace=False) if t.strip()]
+
+    return tokenize
+
+
+def answer_tokens(text: str, language: str = "en") -> list[str]:
+    """Tokens of the normalized answer: white-space split (en) or PyThaiNLP newmm (th)."""
+    normalized = normalize_answer(text, language)
+    if language == "th":
+        return _thai_tokenize()(normalized) if normalized else []
+    return normalized.split()
+
+
+def _token_f1(prediction_tokens: list[str], gold_tokens: list[str]) -> float:
+    common = Counter(prediction_tokens) & Counter(gold_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0.0
+    precision = num_same / len(prediction_tokens)
+    recall = num_same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match(prediction: str, golds: Sequence[str], language: str = "en") -> float:
+    """1.0 when the normalized prediction equals some normalized gold answer, else 0.0."""
+    _check_language(language)
+    _check_golds(golds)
+    pred = normalize_answer(prediction, language)
+    return float(any(pred == normalize_answer(g, language) for g in golds))
+
+
+def f1(prediction: str, golds: Sequence[str], language: str = "en") -> float:
+    """SQuAD v1.1 token F1, maximum over gold answers (see module doc for Thai)."""
+    _check_language(language)
+    _check_golds(golds)
+    pred = answer_tokens(prediction, language)
+    return max(_token_f1(pred, answer_tokens(g, language)) for g in golds)
+
+
+class _ThaiRougeTokenizer:
+    """rouge-score tokenizer interface (``tokenize(text) -> list[str]``) for Thai."""
+
+    def tokenize(self, text: str) -> list[str]:
+        return answer_tokens(text, "th")
+
+
+@lru_cache(maxsize=4)
+def _rouge_scorer(language: str, use_stemmer: bool):
+    from rouge_score import rouge_scorer
+
+    tokenizer = _ThaiRougeTokenizer() if language == "th" else None
+    return rouge_scorer.RougeScorer(["rougeL"], use_stemmer=use_stemmer, tokenizer=tokenizer)
+
+
+def rouge_l(prediction: str, golds: Sequence[str], language: str = "en", use_stemmer: bool = False) -> float:
+    """ROUGE-L F-measure (rouge-score), maximum over gold answers."""
+    _check_language(language)
+    _check_golds(golds)
+    scorer = _rouge_scorer(language, use_stemmer)
+    return max(scorer.score(g, prediction)["rougeL"].fmeasure for g in golds)
+
+
+@lru_cache(maxsize=1)
+def _word_tokenizer():
+    from nltk.tokenize import NLTKWordTokenizer
+
+    return NLTKWordTokenizer()
+
+
+def meteor_tokens(text: str, language: str = "en") -> list[str]:
+    """Tokens METEOR sees: NLTK's Treebank-style tokenizer (en) or PyThaiNLP (th)."""
+    if language == "th":
+        return _thai_tokenize()(text) if text.strip() else []
+    return _word_tokenizer().tokenize(text)
+
+
+def meteor(prediction: str, golds: Sequence[str], language: str = "en") -> float:
+    """NLTK METEOR with WordNet synonyms, maximum over gold answers."""
+    _check_language(language)
+    _check_golds(golds)
+    from nltk.translate.meteor_score import meteor_score
+
+    from eval.wordnet import wordnet_reader
+
+    return float(
+        meteor_score(
+            [meteor_tokens(g, language) for g in golds],
+            meteor_tokens(prediction, language),
+            wordnet=wordnet_reader(),
+        )
+    )
+
+
+class AnswerScores(dict):
+    """``{metric: float64 array [Q]}`` plus ``info``: provenance of model-based metrics."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.info: dict[str, dict] = {}
+
+
+_SCALAR = {"em": exact_match, "f1": f1, "rouge_l": rouge_l, "meteor": meteor}
+
+
+def answer_metrics(
+    predictions: Sequence[str],
+    golds: Sequence[Sequence[str]],
+    language: str = "en",
+    metrics: Sequence[str] = METRICS,
+    bertscore: dict | None = None,
+    progress: bool = True,
+) -> "AnswerScores":
+    """Per-question scores of a run: ``{metric: float64 array [Q]}``.
+
+    ``metrics`` are any of ``em``, ``f1``, ``rouge_l``, ``meteor``; pass
+    ``bertscore={"model": PATH_OR_NAME, "num_layers": L, ...}`` (keyword
+    arguments of ``eval.bertscore.bert_f1``) to add ``bert_f1``; what
+    produced it (model, layer, versions) is then in ``result.info["bert_f1"]``.
+    Questions without gold answers score NaN.
+    """
+    from tqdm.auto import tqdm
+
+    _check_language(language)
+    metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
+    if len(predictions) != len(golds):
+        raise UserError(f"{len(predictions)} predictions but {len(golds)} gold answer lists")
+    unknown = [m for m in metrics if m not in _SCALAR]
+    if unknown:
+        raise UserError(f"unknown answer metric {unknown[0]!r} (known: {', '.join(METRICS)}, and bertscore=...)")
+    if isinstance(predictions, str) or any(not isinstance(p, str) for p in predictions):
+        raise UserError("predictions must be a list of strings")
+    n = len(predictions)
+    out = AnswerScores({m: np.full(n, np.nan, dtype=np.float64) for m in metrics})
+    rows = range(n)
+    if metrics:
+        rows = tqdm(rows, desc="answer metrics", unit="q", disable=not progress or n < 500)
+    for q in rows:
+        gold = [g for g in golds[q] if isinstance(g, str)]
+        if not gold:
+            continue
+        for m in metrics:
+            out[m][q] = _SCALAR[m](predictions[q], gold, language)
+    if bertscore is not None:
+        from eval.bertscore import bert_f1
+
+        import inspect
+
+        allowed = set(inspect.signature(bert_f1).parameters) - {"predictions", "references_list"}
+        unknown_options = sorted(set(bertscore) - allowed)
+        if unknown_options:
+            raise UserError(f"unknown bertscore option {unknown_options[0]!r} (known: {', '.join(sorted(allowed))})")
+        scores, info = bert_f1(list(predictions), [list(g) for g in golds], **bertscore)
+        out["bert_f1"] = scores
+        out.info["bert_f1"] = info
+    return out

