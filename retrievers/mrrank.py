@@ -261,7 +261,10 @@ class MrRankRetriever:
         (:func:`retrievers.pooling.training_subset`).
     validation_fraction: training queries held out to pick the best epoch.
     lexical: include the lexical features.
-    seed: seeds sampling, initialization and batching.
+    train_sample_seed: seeds the sampling of the training split (default:
+        ``seed``; fix it to replicate training over one sample).
+    seed: seeds sampling (unless ``train_sample_seed``), initialization, the
+        validation split, negatives and batching.
     """
 
     method = "mrrank"
@@ -281,6 +284,7 @@ class MrRankRetriever:
         train_corpus_size: int | None = None,
         validation_fraction: float = 0.1,
         lexical: bool = True,
+        train_sample_seed: int | None = None,
         seed: int = 0,
     ):
         self.members = check_members(members, "mrrank", minimum=1)
@@ -305,6 +309,7 @@ class MrRankRetriever:
             raise UserError(f"mrrank validation_fraction: expected in [0, 1), got {validation_fraction!r}")
         self.lexical = bool(lexical) if not isinstance(lexical, str) else lexical.lower() in ("1", "true", "yes")
         self.seed = int(seed)
+        self.train_sample_seed = None if train_sample_seed is None else int(train_sample_seed)
         self.name = fuse_name("mrrank", self.members)
 
     # -- features ------------------------------------------------------
@@ -332,7 +337,12 @@ class MrRankRetriever:
     # -- estimator API -------------------------------------------------
     def fit(self, dataset: Dataset) -> "MrRankRetriever":
         check_training_split(dataset, "mrrank")
-        corpus, queries = training_subset(dataset, self.max_train_queries, self.train_corpus_size, self.seed)
+        corpus, queries = training_subset(
+            dataset,
+            self.max_train_queries,
+            self.train_corpus_size,
+            self.seed if self.train_sample_seed is None else self.train_sample_seed,
+        )
         for m in tqdm(self.members, desc="mrrank: index train corpus", unit="retriever"):
             m.index(corpus)
         rankings = search_members(self.members, queries.texts, self.depth)
@@ -508,6 +518,7 @@ class MrRankRetriever:
             "train_corpus_size": self.train_corpus_size,
             "validation_fraction": self.validation_fraction,
             "lexical": self.lexical,
+            "train_sample_seed": self.train_sample_seed,
             "seed": self.seed,
             "members": [member_config(m) for m in self.members],
         }

@@ -187,15 +187,21 @@ def check_training_split(dataset: Dataset, owner: str) -> None:
         raise UserError(f"{owner}: training split {dataset.name!r}/{dataset.split!r} has no queries or no corpus")
 
 
+PARAGRAPHS_PER_GROUP = 40
+
+
 def training_subset(
     dataset: Dataset, max_queries: int | None, corpus_size: int | None, seed: int
 ) -> tuple[Corpus, Queries]:
     """A seeded sample of a training split for fitting fusers.
 
-    ``corpus_size``: keep whole groups of candidates (by title when the corpus
-    has titles, else by paragraph) in a seeded random order until at least that
-    many candidates are kept, and only the queries whose gold rows all lie in
-    them (gold rows are re-indexed into the smaller corpus).  This makes the
+    ``corpus_size``: keep whole groups of candidates in a seeded random order
+    until at least that many candidates are kept, and only the queries whose
+    gold rows all lie in them (gold rows are re-indexed into the smaller
+    corpus).  A group is an article (same title) when the corpus has titles,
+    else a run of ``PARAGRAPHS_PER_GROUP`` consecutive paragraph ids (SQuAD
+    keeps an article's paragraphs together; dev has ~43 per article), so the
+    sample keeps the confusable same-topic neighbours an evaluation index has.  This makes the
     training index the size of an evaluation index (ReQA SQuAD dev: 10,250
     sentences), so rank/score statistics seen in training match the ones seen
     at evaluation, and cuts encoding time.  ``max_queries``: then keep at most
@@ -207,7 +213,7 @@ def training_subset(
         if corpus.titles is not None:
             _, group = np.unique(np.asarray(corpus.titles, dtype=object).astype(str), return_inverse=True)
         else:
-            _, group = np.unique(corpus.paragraph_ids, return_inverse=True)
+            _, group = np.unique(np.asarray(corpus.paragraph_ids) // PARAGRAPHS_PER_GROUP, return_inverse=True)
         n_groups = int(group.max()) + 1
         sizes = np.bincount(group, minlength=n_groups)
         order = rng.permutation(n_groups)

@@ -205,7 +205,8 @@ class RouterRetriever:
     depth: members are searched to this depth for features and fusion.
     max_train_queries / train_corpus_size: sampling of the training split, see
         :func:`retrievers.pooling.training_subset`.
-    seed: seeds the sampling and the estimator.
+    train_sample_seed: seeds the sampling of the training split (default: ``seed``).
+    seed: seeds the sampling (unless ``train_sample_seed``) and the estimator.
 
     ``fit(train_dataset)`` indexes the *training* corpus with the members and
     searches the training queries; ``index(corpus)`` then re-indexes the
@@ -221,6 +222,7 @@ class RouterRetriever:
         depth: int = 100,
         max_train_queries: int | None = 20000,
         train_corpus_size: int | None = None,
+        train_sample_seed: int | None = None,
         seed: int = 0,
     ):
         self.members = check_members(members, "route", minimum=2)
@@ -231,12 +233,18 @@ class RouterRetriever:
         self.max_train_queries = None if max_train_queries is None else check_positive_int(max_train_queries, "route max_train_queries")
         self.train_corpus_size = None if train_corpus_size is None else check_positive_int(train_corpus_size, "route train_corpus_size")
         self.seed = int(seed)
+        self.train_sample_seed = None if train_sample_seed is None else int(train_sample_seed)
         self.name = fuse_name("route", self.members)
 
     # -- estimator API -------------------------------------------------
     def fit(self, dataset: Dataset) -> "RouterRetriever":
         check_training_split(dataset, "route")
-        corpus, queries = training_subset(dataset, self.max_train_queries, self.train_corpus_size, self.seed)
+        corpus, queries = training_subset(
+            dataset,
+            self.max_train_queries,
+            self.train_corpus_size,
+            self.seed if self.train_sample_seed is None else self.train_sample_seed,
+        )
         for m in tqdm(self.members, desc="route: index train corpus", unit="retriever"):
             m.index(corpus)
         rankings = search_members(self.members, queries.texts, self.depth)
@@ -316,6 +324,7 @@ class RouterRetriever:
             "depth": self.depth,
             "max_train_queries": self.max_train_queries,
             "train_corpus_size": self.train_corpus_size,
+            "train_sample_seed": self.train_sample_seed,
             "seed": self.seed,
             "members": [member_config(m) for m in self.members],
         }
@@ -366,6 +375,7 @@ class RouterRetriever:
             depth=cfg["depth"],
             max_train_queries=cfg["max_train_queries"],
             train_corpus_size=cfg["train_corpus_size"],
+            train_sample_seed=cfg.get("train_sample_seed"),
             seed=cfg["seed"],
         )
         obj.feature_names_ = state["feature_names"]

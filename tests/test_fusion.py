@@ -247,9 +247,12 @@ def test_router_fit_never_sees_dev_queries_and_refuses_dev_split():
 
 
 def test_training_subset_keeps_whole_groups_and_reindexes_gold():
-    ds = planted_dataset("train", n_queries=60, n_distractors=60, seed=4)
-    corpus, queries = training_subset(ds, max_queries=10, corpus_size=40, seed=0)
-    assert 40 <= len(corpus) < 40 + 3  # whole paragraphs of three
+    # 600 sentences, three per paragraph; no titles, so groups are runs of 40 paragraphs (120 sentences)
+    ds = planted_dataset("train", n_queries=200, n_distractors=400, seed=4)
+    corpus, queries = training_subset(ds, max_queries=10, corpus_size=200, seed=0)
+    assert len(corpus) == 240
+    groups = np.unique(corpus.paragraph_ids // 40)
+    assert len(groups) == 2 and all(np.sum(ds.corpus.paragraph_ids // 40 == g) == 120 for g in groups)
     assert len(queries) == 10
     for text, g in zip(queries.texts, queries.gold):
         assert text.split()[2] in corpus.texts[int(g[0])].split()
