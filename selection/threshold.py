@@ -8,9 +8,10 @@ in rank order until the sum of their confidences reaches the threshold θ:
     n = min { m : c_1 + ... + c_m >= θ },   1 <= n <= min(τ, K).
 
 Normalization: softmax over the top-τ scores by default (defined for scores of
-any sign and scale: BM25, dot products, cosine, fused scores); the authors'
-public notebook (HowTo.ipynb of bernhard2202/adaptive-ir-for-qa) divides
-non-negative TF-IDF scores by their sum, available as ``normalization="sum"``.
+any sign and scale: BM25, dot products, cosine, fused scores).  The authors'
+public notebook (HowTo.ipynb of bernhard2202/adaptive-ir-for-qa) shows only
+the ordinal model, whose optional score normalization divides the non-negative
+TF-IDF scores by their sum; that is available here as ``normalization="sum"``.
 Softmax confidences depend on the score scale (BM25 scores in the tens give a
 peaked distribution, cosine similarities in [0, 1] a flat one), so θ is tuned
 per retriever.  Non-finite scores (padding) get confidence 0 and n never goes
