@@ -62,8 +62,6 @@ def load_sentence_encoder(name_or_path: str, device: str):
 
     path = resolve_encoder(name_or_path)
     local = Path(path).exists()
-    if not local and os.environ.get("HF_HUB_OFFLINE") is None:
-        pass
     try:
         model = SentenceTransformer(path, device=device, local_files_only=not local and _offline())
     except TypeError:
@@ -114,7 +112,8 @@ def encode_texts(
     import torch
 
     texts = list(texts)
-    dim = model.get_sentence_embedding_dimension() if hasattr(model, "get_sentence_embedding_dimension") else None
+    get_dim = getattr(model, "get_embedding_dimension", None) or getattr(model, "get_sentence_embedding_dimension", None)
+    dim = get_dim() if get_dim else None
     if not texts:
         return np.zeros((0, dim or 0), dtype=np.float32)
     tok = model.tokenizer
@@ -126,7 +125,6 @@ def encode_texts(
     device = next(model.parameters()).device
     use_amp = device.type == "cuda"
     amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
-    out = np.zeros((len(texts), 0), dtype=np.float32)
     batches = _budget_batches(lengths[order], token_budget, max_batch)
     chunks = []
     with torch.inference_mode(), tqdm(total=len(texts), desc=desc, unit="text", disable=not show_progress, leave=False) as bar:

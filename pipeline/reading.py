@@ -1,0 +1,124 @@
+"""The reading half of ``pipeline.run``: select n, read, answer, score."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from data.errors import UserError
+from data.io import write_json, write_jsonl
+from pipeline import stages
+
+
+def selector_depth(selector, default: int = 25) -> int:
+    """How many passages the selector may ask for (the N read at most)."""
+    for attr in ("n", "tau"):
+        value = getattr(selector, attr, None)
+        if isinstance(value, (int, np.integer)) and value > 0:
+            return int(value)
+    return default
+
+
+def make_reader(args):
+    from readers.extractive import ExtractiveReader
+
+    return ExtractiveReader(
+        model=args.reader,
+        max_length=args.max_length,
+        stride=args.stride,
+        max_answer_tokens=args.max_answer_tokens,
+        batch_size=args.reader_batch_size,
+        device=args.device,
+    )
+
+
+def fit_selector(selector, args, train, retriever_factory, depth: int, timer) -> None:
+    """Fit a learned selector on the training split's rankings (never the evaluated split)."""
+    from pipeline.run import limit_queries
+
+    if train is None:
+        raise UserError(f"selector {selector.spec} is learned: it needs --train-split")
+    with timer("selector_fit"):
+        train = limit_queries(train, args.train_limit)
+        rows = stages.unique_question_rows(train.queries)
+        retriever = retriever_factory()
+        ranking = stages.retrieve(retriever, train, depth, train=train)
+        ranking, queries = ranking.subset(rows), train.queries.subset(rows)
+        passages = stages.passages_for(ranking, train.corpus, depth, args.read_unit)
+        bearing = stages.answer_bearing(passages, queries.answers, train.queries.language)
+        selector.fit(passages.retriever_scores, stages.first_true(bearing, none=depth))
+
+
+def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer, out: Path) -> dict:
+    from eval.answer_metrics import answer_metrics
+    from readers.extractive import ReadCache
+    from selection import Ordinal
+
+    corpus, queries = dataset.corpus, dataset.queries
+    rows = stages.unique_question_rows(queries)
+    qs, rk = queries.subset(rows), ranking.subset(rows)
+    depth = min(selector_depth(selector), ranking.depth)
+    if isinstance(selector, Ordinal):
+        fit_selector(selector, args, train, retriever_factory, depth, timer)
+    passages = stages.passages_for(rk, corpus, depth, args.read_unit)
+    bearing = stages.answer_bearing(passages, qs.answers, queries.language)
+    first_rel = stages.first_true(bearing, none=depth)
+    n = selector.predict(passages.retriever_scores, first_relevant_rank=first_rel)
+    n = np.minimum(n, np.maximum((passages.keys >= 0).sum(axis=1), 1))
+    selected = stages.Passages(
+        keys=np.where(np.arange(depth)[None, :] < n[:, None], passages.keys, -1),
+        texts=[row[: n[q]] for q, row in enumerate(passages.texts)],
+        retriever_scores=np.where(np.arange(depth)[None, :] < n[:, None], passages.retriever_scores, -np.inf),
+        unit=passages.unit,
+    )
+    reader = make_reader(args)
+    cache = ReadCache(Path(args.read_cache) if args.read_cache else out / "reads")
+    with timer("read"):
+        reads = stages.read_top(reader, qs.texts, selected, cache=cache)
+    answers, chosen = stages.answers_for_n(reads, selected, n, mu=args.mu)
+    wanted = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    bertscore = None
+    if "bert_f1" in wanted:
+        wanted.remove("bert_f1")
+        bertscore = {"model": args.bertscore_model, "num_layers": args.bertscore_layers}
+    with timer("answer_metrics"):
+        scores = answer_metrics(answers, qs.answers, language=queries.language, metrics=tuple(wanted), bertscore=bertscore)
+    recall = np.array([bearing[q, : n[q]].any() for q in range(len(rows))])
+    summary = {name: float(np.nanmean(v)) * (100.0 if name in ("em", "f1") else 1.0) for name, v in scores.items()}
+    summary.update(
+        {
+            "questions": len(rows),
+            "mean_n": float(n.mean()),
+            "answer_recall": float(recall.mean()),
+            "selector": selector.spec,
+            "read_unit": args.read_unit,
+            "reader": args.reader,
+            "reads_done": reads.n_read,
+            "reads_reused": reads.n_reused,
+        }
+    )
+    info = getattr(scores, "info", {}) or {}
+    if "bert_f1" in info:
+        summary["bert_f1_info"] = info["bert_f1"]
+    predictions = {qs.question_ids[q]: answers[q] for q in range(len(rows))}
+    write_json(out / "predictions.json", predictions)
+    details = []
+    for q in range(len(rows)):
+        keys = [int(k) for k in selected.keys[q, : n[q]]]
+        details.append(
+            {
+                "id": qs.question_ids[q],
+                "question": qs.texts[q],
+                "n": int(n[q]),
+                "passages": [corpus.ids[k] for k in keys] if selected.unit == "sentence" else keys,
+                "answer": answers[q],
+                "answer_rank": int(chosen[q]) + 1 if chosen[q] >= 0 else None,
+                "score": float(reads.scores[q, chosen[q]]) if chosen[q] >= 0 else None,
+                "answer_in_passages": bool(recall[q]),
+                "gold": qs.answers[q],
+                **{name: (None if np.isnan(v[q]) else float(v[q])) for name, v in scores.items()},
+            }
+        )
+    write_jsonl(out / "details.jsonl", details)
+    return {"metrics": summary}

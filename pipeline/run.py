@@ -1,0 +1,221 @@
+"""Retrieve, select, read and score: ``python -m pipeline.run``.
+
+Without ``--reader`` it evaluates retrieval only (ReQA MRR/R@k, plus BEIR's
+nDCG@10/MRR@10/R@100/R@1000 for BEIR/MTEB sets).  With a reader it selects n
+passages per question (``--selector``), reads them and scores the answers
+(EM, F1, ROUGE-L, METEOR, optionally BERT-F1).
+
+Outputs in ``--out DIR``: metrics.json, run.trec (top 100), manifest.json and,
+with a reader, predictions.json (SQuAD-style id -> answer), details.jsonl and
+selector.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from data.errors import UserError
+from data.io import write_json, write_jsonl
+from pipeline.cli import (
+    Timer,
+    jsonable_config,
+    main_guard,
+    make_out_dir,
+    parse_with_config,
+    peak_rss_mb,
+    print_table,
+    write_manifest,
+)
+
+TREC_DEPTH = 100
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipeline.run", description=__doc__.splitlines()[0])
+    p.add_argument("--config", help="YAML or TOML file with any of these flags")
+    g = p.add_argument_group("data")
+    g.add_argument("--dataset", default="reqa_squad", help="reqa_squad, reqa_nq, squad_open, beir:NAME, mteb:NAME, iapp_wiki_qa_squad, squad_file:PATH")
+    g.add_argument("--split", default="dev")
+    g.add_argument("--data-dir", help="local data directory (default: $QA_DATA_DIR)")
+    g.add_argument("--data-file", help="explicit dataset file")
+    g.add_argument("--limit", type=int, help="evaluate only the first N questions")
+    g.add_argument("--skip-bad-records", action="store_true", help="skip (and count) invalid records instead of failing")
+    g = p.add_argument_group("retrieval")
+    g.add_argument("--retriever", default="bm25", help="bm25, dense[:MODEL], or METHOD:a+b (rrf, fuse-minmax, fuse-zscore, fuse-sum, route, route-stat, mrrank)")
+    g.add_argument("--depth", type=int, default=1000, help="results retrieved per query (metrics are computed within it)")
+    g.add_argument("--bm25-k1", type=float, default=0.9)
+    g.add_argument("--bm25-b", type=float, default=0.4)
+    g.add_argument("--bm25-field", default="sentence", choices=["sentence", "sentence+context", "context"])
+    g.add_argument("--encoder", help="dense encoder name or path (default all-MiniLM-L6-v2, offline)")
+    g.add_argument("--dense-field", default="sentence", choices=["sentence", "sentence+context", "context"])
+    g.add_argument("--dense-index", default="flat", choices=["flat", "hnsw"])
+    g.add_argument("--fusion-opt", action="append", default=[], metavar="KEY=VALUE", help="option of a fused retriever (repeatable)")
+    g.add_argument("--train-split", default="train", help="split that learned retrievers/selectors are fitted on")
+    g.add_argument("--train-limit", type=int, default=5000, help="questions of the training split used for fitting selectors")
+    g = p.add_argument_group("reading")
+    g.add_argument("--reader", help="QA checkpoint path or alias (bert-base, bert-large, distilbert); omit for retrieval only")
+    g.add_argument("--selector", default="top:5", help="top:N, threshold:THETA[,TAU], ordinal[:TAU], oracle")
+    g.add_argument("--read-unit", default="sentence", choices=["sentence", "paragraph"])
+    g.add_argument("--max-length", type=int, default=384)
+    g.add_argument("--stride", type=int, default=128)
+    g.add_argument("--max-answer-tokens", type=int, default=30)
+    g.add_argument("--reader-batch-size", type=int, default=32)
+    g.add_argument("--mu", type=float, default=1.0, help="BERTserini interpolation: (1-mu)*retriever + mu*reader")
+    g.add_argument("--metrics", default="em,f1,rouge_l,meteor", help="answer metrics (add bert_f1 for BERTScore)")
+    g.add_argument("--bertscore-model", help="BERTScore model name or path (default roberta-large)")
+    g.add_argument("--bertscore-layers", type=int, help="BERTScore layer")
+    g = p.add_argument_group("run")
+    g.add_argument("--out", help="output directory (default: a new directory under runs/)")
+    g.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
+    g.add_argument("--seed", type=int, default=13)
+    g.add_argument("--read-cache", help="directory of cached reader outputs (default: <out>/reads)")
+    return p
+
+
+def _fusion_options(items: list[str]) -> dict:
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise UserError(f"--fusion-opt {item!r}: expected KEY=VALUE")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def retriever_options(args) -> dict:
+    dense = {"field": args.dense_field, "index_type": args.dense_index, "device": args.device}
+    if args.encoder:
+        dense["model"] = args.encoder
+    bm25 = {"k1": args.bm25_k1, "b": args.bm25_b, "field": args.bm25_field}
+    return {"bm25": bm25, "dense": dense, "fusion": _fusion_options(args.fusion_opt)}
+
+
+def language_options(dataset, options: dict) -> dict:
+    """Per-language retriever settings (Thai: pre-tokenized BM25)."""
+    if dataset.corpus.language == "th":
+        from data.thai import thai_word_tokens
+
+        options = dict(options)
+        options["bm25"] = dict(options["bm25"], pretokenize=thai_word_tokens)
+    return options
+
+
+def limit_queries(dataset, limit: int | None):
+    """Keep the query inputs of the first ``limit`` questions (the corpus stays whole)."""
+    if not limit:
+        return dataset
+    if limit < 1:
+        raise UserError(f"--limit must be >= 1 (got {limit})")
+    keep, seen = [], []
+    seen_set = set()
+    for i, qid in enumerate(dataset.queries.question_ids):
+        if qid not in seen_set:
+            if len(seen) == limit:
+                break
+            seen_set.add(qid)
+            seen.append(qid)
+        keep.append(i)
+    dataset.queries = dataset.queries.subset(keep)
+    return dataset
+
+
+def write_trec(path: Path, ranking, queries, corpus, tag: str, depth: int = TREC_DEPTH) -> None:
+    """Standard TREC run lines: ``qid Q0 docid rank score tag`` (one query input per qid)."""
+    from retrievers.trec import write_trec_run
+
+    write_trec_run(path, ranking.top(depth), queries.ids, corpus.ids, tag)
+
+
+@main_guard
+def main(argv: list[str] | None = None) -> int:
+    args = parse_with_config(build_parser(), argv)
+    from data.registry import load_dataset
+    from pipeline import stages
+
+    timer = Timer()
+    np.random.seed(args.seed)
+    out = make_out_dir(args.out, f"{args.dataset}-{args.split}-{args.retriever}" + (f"-{Path(args.reader).name}" if args.reader else ""))
+    from selection import parse_selector
+
+    selector = parse_selector(args.selector) if args.reader else None  # bad specs fail before any work
+    with timer("load_data"):
+        dataset = load_dataset(args.dataset, args.split, data_dir=args.data_dir, data_file=args.data_file,
+                               skip_bad_records=args.skip_bad_records)
+        dataset = limit_queries(dataset, args.limit)
+    options = language_options(dataset, retriever_options(args))
+    retriever = stages.build_retriever(args.retriever, options)
+    train = None
+    from retrievers.fusion import needs_fit
+
+    if needs_fit(retriever) or (selector is not None and getattr(selector, "learned", False)):
+        with timer("load_train"):
+            train = load_dataset(args.dataset, args.train_split, data_dir=args.data_dir,
+                                 skip_bad_records=args.skip_bad_records)
+    if args.reader and not dataset.queries.has_answers:
+        from data.beir import NO_ANSWERS_MESSAGE
+
+        print(NO_ANSWERS_MESSAGE.format(name=dataset.name), file=sys.stderr)
+        args.reader = None
+    with timer("retrieve"):
+        ranking = stages.retrieve(retriever, dataset, args.depth, train=train)
+    with timer("retrieval_metrics"):
+        metrics = {"dataset": dataset.name, "split": dataset.split, "retriever": args.retriever,
+                   "corpus_size": len(dataset.corpus), "level": dataset.level}
+        metrics["retrieval"] = retrieval_metrics(ranking, dataset)
+    write_trec(out / "run.trec", ranking, dataset.queries, dataset.corpus, tag=args.retriever)
+    saved = {}
+    if hasattr(retriever, "to_dict"):
+        saved["retriever"] = retriever.to_dict()
+    if args.reader:
+        from pipeline.reading import run_reader
+
+        reading = run_reader(args, dataset, ranking, selector, train, retriever_factory=lambda: stages.build_retriever(args.retriever, options), timer=timer, out=out)
+        metrics["reading"] = reading["metrics"]
+        saved["selector"] = selector.to_dict()
+    write_json(out / "metrics.json", metrics)
+    if saved:
+        write_json(out / "selector.json" if "selector" in saved else out / "learned.json", saved)
+    sources = dict(dataset.sources)
+    if train is not None:
+        sources.update({f"train:{k}": v for k, v in train.sources.items()})
+    write_manifest(out, command="pipeline.run", config=jsonable_config(args), seed=args.seed, sources=sources,
+                   timings=timer.timings)
+    _print_summary(metrics, out)
+    return 0
+
+
+def retrieval_metrics(ranking, dataset) -> dict:
+    from eval.retrieval_metrics import reqa_metrics
+
+    result = {}
+    if dataset.level == "sentence" or dataset.level == "paragraph":
+        result["reqa"] = reqa_metrics(ranking, dataset.queries, dataset.corpus)
+    else:
+        result["reqa"] = reqa_metrics(ranking, dataset.queries, dataset.corpus)
+    if dataset.queries.gold_grades is not None:
+        from eval.beir_metrics import beir_metrics
+
+        result["beir"] = beir_metrics(ranking, dataset.queries, corpus_ids=dataset.corpus.ids)
+    return result
+
+
+def _print_summary(metrics: dict, out: Path) -> None:
+    r = metrics["retrieval"]["reqa"]
+    rows = [("corpus", metrics["corpus_size"]), ("query inputs", r["query_inputs"]), ("questions", r["questions"])]
+    for level in ("sentence", "paragraph"):
+        for k, v in r[level].items():
+            rows.append((f"{level} {k}", v))
+    for k, v in metrics["retrieval"].get("beir", {}).items():
+        rows.append((f"beir {k}", v))
+    for k, v in metrics.get("reading", {}).items():
+        if isinstance(v, (int, float)):
+            rows.append((f"reader {k}", v))
+    print_table(rows, title=f"{metrics['dataset']} {metrics['split']} / {metrics['retriever']} -> {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""The stages of a run, as functions over plain types.
+
+retrieve -> passages to read -> read the top N once -> answers for any n.
+``pipeline.run`` and ``pipeline.sweep`` are thin drivers over these.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from data.errors import UserError
+from data.types import Corpus, Dataset, Queries
+from retrievers.types import Ranking
+
+READ_UNITS = ("sentence", "paragraph")
+
+
+# ----------------------------------------------------------------- retrieval
+def build_retriever(spec: str, options: dict[str, Any]):
+    from retrievers.registry import make_retriever
+
+    return make_retriever(
+        spec,
+        bm25_options=options.get("bm25"),
+        dense_options=options.get("dense"),
+        fusion_options=options.get("fusion"),
+    )
+
+
+def retrieve(retriever, dataset: Dataset, depth: int, train: Dataset | None = None) -> Ranking:
+    """Fit (learned retrievers, on ``train``), index the corpus, search every query."""
+    from retrievers.fusion import needs_fit
+
+    if depth < 1:
+        raise UserError(f"--depth must be >= 1 (got {depth})")
+    if needs_fit(retriever):
+        if train is None:
+            raise UserError(f"retriever {retriever.name!r} is learned: it needs a training split (--train-split)")
+        retriever.fit(train)
+    retriever.index(dataset.corpus)
+    return retriever.search(dataset.queries.texts, depth)
+
+
+# ------------------------------------------------------------------ passages
+@dataclass
+class Passages:
+    """The passages a reader sees, per query, in retrieval order.
+
+    ``keys[q, j]`` is the corpus row (``unit="sentence"``) or paragraph id
+    (``unit="paragraph"``) of the j-th passage of query q, ``-1`` padding;
+    ``texts[q][j]`` its text; ``retriever_scores[q, j]`` its retrieval score
+    (for paragraphs: the score of its best-ranked sentence).
+    """
+
+    keys: np.ndarray
+    texts: list[list[str]]
+    retriever_scores: np.ndarray
+    unit: str
+
+    @property
+    def depth(self) -> int:
+        return self.keys.shape[1]
+
+
+def passages_for(ranking: Ranking, corpus: Corpus, depth: int, unit: str = "sentence") -> Passages:
+    """Top-``depth`` passages per query.  With paragraphs, repeated paragraphs keep their best rank."""
+    if unit not in READ_UNITS:
+        raise UserError(f"--read-unit {unit!r}: use sentence or paragraph")
+    q = len(ranking)
+    keys = np.full((q, depth), -1, dtype=np.int64)
+    scores = np.full((q, depth), -np.inf, dtype=np.float32)
+    texts: list[list[str]] = []
+    use_paragraphs = unit == "paragraph" and bool(corpus.paragraph_texts)
+    for i in range(q):
+        row_keys, row_texts = [], []
+        seen = set()
+        for cid, s in zip(ranking.ids[i], ranking.scores[i]):
+            if cid < 0:
+                break
+            key = int(corpus.paragraph_ids[cid]) if use_paragraphs else int(cid)
+            if key in seen:
+                continue
+            seen.add(key)
+            scores[i, len(row_keys)] = s
+            row_keys.append(key)
+            row_texts.append(corpus.paragraph_texts[key] if use_paragraphs else corpus.texts[cid])
+            if len(row_keys) == depth:
+                break
+        keys[i, : len(row_keys)] = row_keys
+        texts.append(row_texts)
+    return Passages(keys, texts, scores, unit)
+
+
+# ------------------------------------------------------------ answer overlap
+_PUNCT = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def _norm(text: str) -> str:
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def answer_bearing(passages: Passages, answers: Sequence[Sequence[str]], language: str = "en") -> np.ndarray:
+    """``[Q, N]`` bool: passage j of query q contains a gold answer (normalized, whole tokens)."""
+    out = np.zeros(passages.keys.shape, dtype=bool)
+    for q, (row, golds) in enumerate(zip(passages.texts, answers)):
+        if language == "en":
+            needles = [f" {_norm(a)} " for a in golds if _norm(a)]
+            for j, text in enumerate(row):
+                hay = f" {_norm(text)} "
+                out[q, j] = any(n in hay for n in needles)
+        else:  # no word spaces to anchor on: plain containment after case folding
+            needles = [a.strip().lower() for a in golds if a.strip()]
+            for j, text in enumerate(row):
+                out[q, j] = any(n in text.lower() for n in needles)
+    return out
+
+
+def first_true(mask: np.ndarray, none: int) -> np.ndarray:
+    """1-based column of the first True per row (``none`` when a row has none)."""
+    found = mask.any(axis=1)
+    return np.where(found, mask.argmax(axis=1) + 1, none).astype(np.int64)
+
+
+# ------------------------------------------------------------------- reading
+@dataclass
+class TopReads:
+    """Reader output for every (query, passage) of the top N: ``[Q, N]`` arrays."""
+
+    scores: np.ndarray
+    texts: list[list[str]]
+    n_read: int
+    n_reused: int
+
+
+def read_top(reader, questions: Sequence[str], passages: Passages, cache=None) -> TopReads:
+    """Read every (question, passage) pair of the top N once."""
+    flat_q, flat_p, where = [], [], []
+    for q, row in enumerate(passages.texts):
+        for j, text in enumerate(row):
+            flat_q.append(questions[q])
+            flat_p.append(text)
+            where.append((q, j))
+    reads = reader.read_pairs(flat_q, flat_p, cache=cache)
+    scores = np.full(passages.keys.shape, -np.inf, dtype=np.float32)
+    texts = [[""] * passages.depth for _ in range(len(passages.texts))]
+    for (q, j), s, t in zip(where, reads.score, reads.text):
+        scores[q, j] = s
+        texts[q][j] = t
+    return TopReads(scores, texts, reads.n_read, reads.n_reused)
+
+
+def answers_for_n(reads: TopReads, passages: Passages, n: np.ndarray, mu: float = 1.0) -> tuple[list[str], np.ndarray]:
+    """The answer per query when reading its top ``n[q]`` passages, and the chosen column."""
+    from readers.aggregate import choose_passage
+
+    retr = passages.retriever_scores if mu != 1.0 else None
+    chosen = choose_passage(reads.scores, retr, n=n, mu=mu)
+    answers = [reads.texts[q][c] if c >= 0 else "" for q, c in enumerate(chosen)]
+    return answers, chosen
+
+
+def answers_every_n(reads: TopReads, passages: Passages, mu: float = 1.0) -> np.ndarray:
+    """``[Q, N]`` chosen column for every n = 1..N (one running argmax)."""
+    from readers.aggregate import choose_passage_every_n
+
+    retr = passages.retriever_scores if mu != 1.0 else None
+    return choose_passage_every_n(reads.scores, retr, mu=mu)
+
+
+def unique_question_rows(queries: Queries) -> list[int]:
+    """One query input per question id (the first), in order: the rows a reader answers."""
+    seen, rows = set(), []
+    for i, qid in enumerate(queries.question_ids):
+        if qid not in seen:
+            seen.add(qid)
+            rows.append(i)
+    return rows

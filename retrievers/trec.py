@@ -1,0 +1,47 @@
+"""TREC run files: ``qid Q0 docid rank score tag`` per line (trec_eval's format)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from data.errors import UserError
+from data.io import atomic_path
+from retrievers.types import Ranking
+
+
+def write_trec_run(path: str | Path, ranking: Ranking, query_ids: Sequence[str], doc_ids: Sequence[str], tag: str) -> None:
+    tag = "".join(tag.split()) or "run"
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for q, qid in enumerate(query_ids):
+                for j, (cid, s) in enumerate(zip(ranking.ids[q], ranking.scores[q])):
+                    if cid < 0:
+                        break
+                    f.write(f"{qid} Q0 {doc_ids[cid]} {j + 1} {float(s):.6f} {tag}\n")
+
+
+def read_trec_run(path: str | Path, query_ids: Sequence[str], doc_ids: Sequence[str]) -> Ranking:
+    """Read a TREC run back into a Ranking over the given query/doc id lists."""
+    qpos = {q: i for i, q in enumerate(query_ids)}
+    dpos = {d: i for i, d in enumerate(doc_ids)}
+    rows: dict[int, list[tuple[float, int]]] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            parts = line.split()
+            if len(parts) != 6:
+                raise UserError(f"{path}: line {n}: expected 6 fields 'qid Q0 docid rank score tag'")
+            qid, _, did, _, score, _ = parts
+            if qid not in qpos or did not in dpos:
+                raise UserError(f"{path}: line {n}: unknown query {qid!r} or document {did!r}")
+            rows.setdefault(qpos[qid], []).append((float(score), dpos[did]))
+    depth = max((len(v) for v in rows.values()), default=0)
+    ids = np.full((len(query_ids), depth), -1, dtype=np.int64)
+    scores = np.full((len(query_ids), depth), -np.inf, dtype=np.float32)
+    for q, hits in rows.items():
+        hits.sort(key=lambda t: -t[0])
+        ids[q, : len(hits)] = [h[1] for h in hits]
+        scores[q, : len(hits)] = [h[0] for h in hits]
+    return Ranking(ids, scores)
