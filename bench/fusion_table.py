@@ -111,26 +111,11 @@ def cached_rankings(member_name: str, make, corpus: Corpus, queries: Queries, de
     return ranking
 
 
-def reqa_metrics(ranking: Ranking, queries: Queries) -> dict[str, float]:
-    """ReQA: per question key, best 1-based rank of a gold row over its inputs; MRR and R@1/5/10."""
-    try:
-        from eval.retrieval_metrics import reqa_metrics as project_metrics  # the project's implementation
+def reqa_metrics(ranking: Ranking, queries: Queries, corpus: Corpus) -> dict[str, float]:
+    """Sentence-level ReQA MRR and R@1/5/10 (eval.retrieval_metrics: ties averaged, best rank per question)."""
+    from eval.retrieval_metrics import reqa_metrics as project_metrics
 
-        return project_metrics(ranking, queries)
-    except ImportError:
-        pass
-    best: dict[str, float] = {}
-    for q, (key, gold) in enumerate(zip(queries.question_keys, queries.gold)):
-        hit = np.nonzero(np.isin(ranking.ids[q], gold) & (ranking.ids[q] >= 0))[0]
-        rank = float(hit[0] + 1) if len(hit) else np.inf
-        best[key] = min(best.get(key, np.inf), rank)
-    ranks = np.array(list(best.values()))
-    return {
-        "MRR": float(np.mean(np.where(np.isfinite(ranks), 1.0 / ranks, 0.0))),
-        "R@1": float(np.mean(ranks <= 1)),
-        "R@5": float(np.mean(ranks <= 5)),
-        "R@10": float(np.mean(ranks <= 10)),
-    }
+    return project_metrics(ranking, queries, corpus)["sentence"]
 
 
 def main(argv=None) -> int:
@@ -156,7 +141,7 @@ def main(argv=None) -> int:
     dev = load_dataset("reqa_squad", "dev")
     train = load_dataset("reqa_squad", "train")
     train_corpus, train_queries = training_subset(train, None, args.train_corpus_size, seed=0)
-    print(f"dev: {len(dev.corpus)} sentences, {len(dev.queries)} query inputs; train sample: "
+    print(f"dev: {len(dev.corpus)} sentences, {len(dev.queries, dev.corpus)} query inputs; train sample: "
           f"{len(train_corpus)} sentences, {len(train_queries)} query inputs", file=sys.stderr)
 
     dev_rk, train_rk = {}, {}
@@ -185,7 +170,7 @@ def main(argv=None) -> int:
 
     for n in names:
         add(n, {"bm25": "bm25", "minilm": "dense", "mpnet": f"dense:{args.mpnet_path.name}"}[n],
-            [reqa_metrics(dev_rk[n], dev.queries)])
+            [reqa_metrics(dev_rk[n], dev.queries, dev.corpus)])
 
     combos = [c for c in (["bm25", "minilm"], ["bm25", "mpnet"], ["minilm", "mpnet"], names) if all(x in names for x in c)]
     combos = [c for i, c in enumerate(combos) if len(c) > 1 and c not in combos[:i]]
@@ -195,18 +180,18 @@ def main(argv=None) -> int:
         plus = "+".join(spec_of[n] for n in combo)
         d = [dev_rk[n] for n in combo]
         t = [train_rk[n] for n in combo]
-        add(f"RRF {'+'.join(combo)}", f"rrf:{plus}", [reqa_metrics(RRFRetriever(members).fuse(d, k_eval), dev.queries)])
+        add(f"RRF {'+'.join(combo)}", f"rrf:{plus}", [reqa_metrics(RRFRetriever(members).fuse(d, k_eval), dev.queries, dev.corpus)])
         for method in ("minmax", "zscore", "sum"):
             fuser = ScoreFusionRetriever(members, method=method)
-            add(f"fuse-{method} {'+'.join(combo)}", f"fuse-{method}:{plus}", [reqa_metrics(fuser.fuse(d, k_eval), dev.queries)])
+            add(f"fuse-{method} {'+'.join(combo)}", f"fuse-{method}:{plus}", [reqa_metrics(fuser.fuse(d, k_eval), dev.queries, dev.corpus)])
         stat = StatisticalRouterRetriever(members)
         add(f"route-stat {'+'.join(combo)}", f"route-stat:{plus}",
-            [reqa_metrics(stat.fuse(dev.queries.texts, d, k_eval), dev.queries)])
+            [reqa_metrics(stat.fuse(dev.queries.texts, d, k_eval), dev.queries, dev.corpus)])
         res = []
         for s in seeds:
             router = RouterRetriever(members, seed=s, estimator="gbdt")
             router.fit_rankings(train_queries.texts, t, train_queries.gold)
-            res.append(reqa_metrics(router.fuse(dev.queries.texts, d, k_eval), dev.queries))
+            res.append(reqa_metrics(router.fuse(dev.queries.texts, d, k_eval), dev.queries, dev.corpus))
         add(f"route (gbdt) {'+'.join(combo)}", f"route:{plus}", res, learned=True)
         res = []
         for s in seeds:
@@ -215,7 +200,7 @@ def main(argv=None) -> int:
                                  train_sample_seed=0)
             mr.index_features(train_corpus).fit_rankings(train_queries.texts, t, train_queries.gold)
             mr.index_features(dev.corpus)
-            res.append(reqa_metrics(mr.fuse(dev.queries.texts, d, k_eval), dev.queries))
+            res.append(reqa_metrics(mr.fuse(dev.queries.texts, d, k_eval), dev.queries, dev.corpus))
             print(f"  mrrank seed {s}: MRR {res[-1]['MRR']:.4f} ({time.time() - t0:.0f}s, "
                   f"best epoch {max(mr.history_, key=lambda h: h.get('val_mrr', 0))['epoch']})", file=sys.stderr)
         add(f"MrRank {'+'.join(combo)}", f"mrrank:{plus}", res, learned=True)

@@ -258,7 +258,10 @@ class MrRankRetriever:
     epochs, batch_size, learning_rate, weight_decay, dropout: training.
     n_random_negatives: non-hard negatives sampled per training query.
     max_train_queries / train_corpus_size: sampling of the training split
-        (:func:`retrievers.pooling.training_subset`).
+        (:func:`retrievers.pooling.training_subset`); the default corpus size
+        is that of the ReQA SQuAD dev index (10,250 sentences), so ranks and
+        score distributions seen in training match evaluation (``None``: the
+        whole training corpus).
     validation_fraction: training queries held out to pick the best epoch.
     lexical: include the lexical features.
     train_sample_seed: seeds the sampling of the training split (default:
@@ -281,7 +284,7 @@ class MrRankRetriever:
         dropout: float = 0.0,
         n_random_negatives: int = 5,
         max_train_queries: int | None = 20000,
-        train_corpus_size: int | None = None,
+        train_corpus_size: int | None = 10250,
         validation_fraction: float = 0.1,
         lexical: bool = True,
         train_sample_seed: int | None = None,

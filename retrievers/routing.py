@@ -204,7 +204,8 @@ class RouterRetriever:
         ``"gbdt"`` (histogram gradient boosting).
     depth: members are searched to this depth for features and fusion.
     max_train_queries / train_corpus_size: sampling of the training split, see
-        :func:`retrievers.pooling.training_subset`.
+        :func:`retrievers.pooling.training_subset` (default corpus size: the
+        ReQA SQuAD dev index, 10,250 sentences; ``None``: all of it).
     train_sample_seed: seeds the sampling of the training split (default: ``seed``).
     seed: seeds the sampling (unless ``train_sample_seed``) and the estimator.
 
@@ -221,7 +222,7 @@ class RouterRetriever:
         estimator: str = "logreg",
         depth: int = 100,
         max_train_queries: int | None = 20000,
-        train_corpus_size: int | None = None,
+        train_corpus_size: int | None = 10250,
         train_sample_seed: int | None = None,
         seed: int = 0,
     ):
