@@ -119,8 +119,9 @@ def limit_queries(dataset, limit: int | None):
             seen_set.add(qid)
             seen.append(qid)
         keep.append(i)
-    dataset.queries = dataset.queries.subset(keep)
-    return dataset
+    import dataclasses
+
+    return dataclasses.replace(dataset, queries=dataset.queries.subset(keep))
 
 
 def write_trec(path: Path, ranking, queries, corpus, tag: str, depth: int = TREC_DEPTH) -> None:

@@ -1,0 +1,112 @@
+"""pipeline.run end to end on a small slice (real Pyserini, real FAISS), its outputs and errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def run_cli(*args, module="pipeline.run"):
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+def error_lines(proc):
+    return [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+
+
+@pytest.fixture(scope="module")
+def bm25_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bm25")
+    proc = run_cli("--dataset", "reqa_squad", "--split", "dev", "--retriever", "bm25", "--limit", "300", "--depth", "100", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def test_outputs_written(bm25_run):
+    metrics = json.loads((bm25_run / "metrics.json").read_text())
+    r = metrics["retrieval"]["reqa"]
+    assert metrics["corpus_size"] == 10250
+    assert r["query_inputs"] >= 300 and r["depth"] == 100
+    for level in ("sentence", "paragraph"):
+        assert set(r[level]) == {"MRR", "R@1", "R@5", "R@10"}
+        assert r[level]["R@1"] <= r[level]["R@5"] <= r[level]["R@10"]
+    # paragraph-level is easier than sentence-level
+    assert r["paragraph"]["MRR"] >= r["sentence"]["MRR"]
+    lines = (bm25_run / "run.trec").read_text().splitlines()
+    qid, q0, docid, rank, score, tag = lines[0].split()
+    assert q0 == "Q0" and rank == "1" and tag == "bm25"
+    assert len(lines) == 100 * r["query_inputs"]
+    manifest = json.loads((bm25_run / "manifest.json").read_text())
+    assert manifest["config"]["retriever"] == "bm25"
+    assert any(k.endswith("dev-v1.1.json.zip") for k in manifest["data"])
+    assert "pyserini" in manifest["versions"] and "retrieve" in manifest["timings_s"]
+
+
+def test_bm25_regression_slice(bm25_run):
+    """2CR-style regression: the first 300 dev questions (README: full-dev numbers)."""
+    r = json.loads((bm25_run / "metrics.json").read_text())["retrieval"]["reqa"]["sentence"]
+    assert r["MRR"] == pytest.approx(EXPECTED_BM25_300["MRR"], abs=0.002)
+    assert r["R@1"] == pytest.approx(EXPECTED_BM25_300["R@1"], abs=0.004)
+
+
+def test_trec_run_reads_back_to_the_same_metrics(bm25_run, reqa_dev):
+    from eval.retrieval_metrics import reqa_metrics
+    from pipeline.run import limit_queries
+    from retrievers.trec import read_trec_run
+
+    ds = limit_queries(reqa_dev, 300)
+    ranking = read_trec_run(bm25_run / "run.trec", ds.queries.ids, ds.corpus.ids)
+    m = reqa_metrics(ranking, ds.queries, ds.corpus)
+    saved = json.loads((bm25_run / "metrics.json").read_text())["retrieval"]["reqa"]
+    assert m["sentence"]["MRR"] == pytest.approx(saved["sentence"]["MRR"], abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ('{"data": [', "malformed JSON"),
+        ('{"data": [{"paragraphs": [{"context": "A b.", "qas": [{"id": "1", "question": "q?"}]}]}]}', "missing field 'answers'"),
+        ('{"data": []}', "corpus is empty"),
+        ('{"rows": []}', "missing field 'data'"),
+    ],
+)
+def test_bad_squad_file_is_one_line_error(tmp_path, content, needle):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    out = tmp_path / "out"
+    proc = run_cli("--dataset", f"squad_file:{bad}", "--retriever", "bm25", "--out", out)
+    assert proc.returncode == 2
+    errs = error_lines(proc)
+    assert len(errs) == 1 and needle in errs[0] and "bad.json" in errs[0]
+    assert "Traceback" not in proc.stderr
+    assert not (out / "metrics.json").exists()
+
+
+def test_unknown_dataset_exits_nonzero(tmp_path):
+    proc = run_cli("--dataset", "no_such_set", "--out", tmp_path / "o")
+    assert proc.returncode == 2 and error_lines(proc) == [l for l in proc.stderr.splitlines() if l.strip()]
+    assert "unknown dataset 'no_such_set'" in proc.stderr
+
+
+def test_export_beir_layout(tmp_path, reqa_dev):
+    proc = run_cli("reqa_squad", "--split", "dev", "--out", tmp_path, module="data.export")
+    assert proc.returncode == 0, proc.stderr[-1000:]
+    corpus = (tmp_path / "corpus.jsonl").read_text().splitlines()
+    queries = (tmp_path / "queries.jsonl").read_text().splitlines()
+    qrels = (tmp_path / "qrels" / "dev.tsv").read_text().splitlines()
+    assert len(corpus) == 10250
+    assert len(queries) == len(set(reqa_dev.queries.question_keys))
+    first = json.loads(corpus[0])
+    assert set(first) == {"_id", "title", "text"} and first["text"] in first["title"]
+    assert qrels[0] == "query-id\tcorpus-id\tscore"
+    # every question's qrels = union of its query inputs' gold candidates
+    union = {}
+    for key, gold in zip(reqa_dev.queries.question_keys, reqa_dev.queries.gold):
+        union.setdefault(key, set()).update(int(g) for g in gold)
+    assert len(qrels) - 1 == sum(len(v) for v in union.values())
+
+
+EXPECTED_BM25_300 = {"MRR": 0.5872, "R@1": 0.4780}  # python -m pipeline.run --retriever bm25 --limit 300 --depth 100
