@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Install everything qa-retrieval-eval needs on a fresh machine (Python >= 3.11).
+# - torch is pinned to the CPU build first, so nothing pulls a multi-GB CUDA build;
+#   on a GPU box, install the CUDA torch you want before running this script.
+# - Debian's wordnet-base gives METEOR its WordNet offline (skipped without apt/root).
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && [ ! -f /usr/share/wordnet/data.noun ] && [ ! -f /usr/share/wordnet/dict/data.noun ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base >/dev/null) \
+    || echo "install.sh: could not install wordnet-base (METEOR will try NLTK's downloader)" >&2
+fi
+if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+  "$PY" -m pip install -q "torch==2.13.0"
+fi
+"$PY" -m pip install -q -e ".[test]"
+echo "install.sh: done"
