@@ -50,7 +50,7 @@ def fit_selector(selector, args, train, retriever_factory, depth: int, timer) ->
         selector.fit(passages.retriever_scores, stages.first_true(bearing, none=depth))
 
 
-def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer, out: Path) -> dict:
+def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer, out: Path, reader=None) -> dict:
     from eval.answer_metrics import answer_metrics
     from readers.extractive import ReadCache
     from selection import Ordinal
@@ -72,7 +72,7 @@ def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer
         retriever_scores=np.where(np.arange(depth)[None, :] < n[:, None], passages.retriever_scores, -np.inf),
         unit=passages.unit,
     )
-    reader = make_reader(args)
+    reader = reader or make_reader(args)
     cache = ReadCache(Path(args.read_cache) if args.read_cache else out / "reads")
     with timer("read"):
         reads = stages.read_top(reader, qs.texts, selected, cache=cache)

@@ -143,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     from selection import parse_selector
 
     selector = parse_selector(args.selector) if args.reader else None  # bad specs fail before any work
+    if args.reader:
+        from pipeline.reading import make_reader
+
+        with timer("load_reader"):
+            reader = make_reader(args).load()  # a bad model name/path fails before retrieval
     with timer("load_data"):
         dataset = load_dataset(args.dataset, args.split, data_dir=args.data_dir, data_file=args.data_file,
                                skip_bad_records=args.skip_bad_records)
@@ -174,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.reader:
         from pipeline.reading import run_reader
 
-        reading = run_reader(args, dataset, ranking, selector, train, retriever_factory=lambda: stages.build_retriever(args.retriever, options), timer=timer, out=out)
+        reading = run_reader(args, dataset, ranking, selector, train, reader=reader, timer=timer, out=out,
+                             retriever_factory=lambda: stages.build_retriever(args.retriever, options))
         metrics["reading"] = reading["metrics"]
         saved["selector"] = selector.to_dict()
     write_json(out / "metrics.json", metrics)
