@@ -17,7 +17,10 @@ def cache_dir(*parts: str) -> Path:
     """The project cache (``QA_CACHE_DIR`` or ``~/.cache/qa-retrieval-eval``)."""
     root = Path(os.environ.get("QA_CACHE_DIR") or Path.home() / ".cache" / "qa-retrieval-eval")
     path = root.joinpath(*parts)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{path}: cannot create cache directory ({e.strerror or e}); set QA_CACHE_DIR") from None
     return path
 
 
@@ -61,6 +64,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual mode
         os.replace(tmp_path, path)
     except OSError as e:
         tmp_path.unlink(missing_ok=True)
@@ -68,6 +72,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
@@ -98,3 +108,131 @@ def _json_default(o: Any):
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+# ------------------------------------------------------------ crash safety
+def warn(message: str) -> None:
+    """One ``warning: ...`` line on stderr (for things a run recovers from)."""
+    import sys
+
+    print("warning: " + " ".join(str(message).split()), file=sys.stderr, flush=True)
+
+
+def file_lock(path: str | os.PathLike, timeout: float = -1):
+    """An inter-process lock on ``path`` (``filelock``; released when the holder dies)."""
+    from filelock import FileLock
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path), timeout=timeout)
+
+
+class ShardStore:
+    """A directory of finished array shards that survives crashes.
+
+    Each shard is one ``.npy`` file written atomically under the name
+    ``<name>.<sha256 of its bytes, 16 hex>.npy``: a file that is there is
+    complete, and one whose bytes no longer match its name (a bad disk, a
+    hand edit) is removed with a warning and rebuilt, never served.
+    :meth:`lock` serializes writers that share the directory.
+    """
+
+    SUFFIX = ".npy"
+
+    def __init__(self, directory: str | os.PathLike):
+        self.directory = Path(directory)
+
+    def lock(self):
+        return file_lock(self.directory / ".lock")
+
+    def _parse(self, path: Path) -> tuple[str, str] | None:
+        stem = path.name[: -len(self.SUFFIX)]
+        name, _, digest = stem.rpartition(".")
+        if not name or len(digest) != 16:
+            return None
+        return name, digest
+
+    def finished(self) -> dict[str, Path]:
+        """``name -> path`` of every shard whose bytes match its checksum (bad ones are removed)."""
+        out: dict[str, Path] = {}
+        if not self.directory.is_dir():
+            return out
+        for tmp in self.directory.glob(".*.tmp"):  # left by a killed writer (call under lock())
+            tmp.unlink(missing_ok=True)
+        for path in sorted(self.directory.glob("*" + self.SUFFIX)):
+            parsed = self._parse(path)
+            if parsed is None:
+                continue
+            name, digest = parsed
+            try:
+                ok = sha256_file(path)[:16] == digest
+            except OSError:
+                ok = False
+            if not ok:
+                warn(f"{path}: cache shard does not match its checksum; removed and rebuilt")
+                path.unlink(missing_ok=True)
+                continue
+            out[name] = path
+        return out
+
+    def save(self, name: str, array) -> Path:
+        """Write ``array`` as shard ``name`` (atomic rename; replaces an older shard of that name)."""
+        import io as _io
+
+        import numpy as np
+
+        buf = _io.BytesIO()
+        np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+        data = buf.getvalue()
+        digest = hashlib.sha256(data).hexdigest()[:16]
+        path = self.directory / f"{name}.{digest}{self.SUFFIX}"
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        for old in self.directory.glob(f"{name}.*{self.SUFFIX}"):
+            if old != path and self._parse(old) and self._parse(old)[0] == name:
+                old.unlink(missing_ok=True)
+        return path
+
+    @staticmethod
+    def load(path: str | os.PathLike):
+        import numpy as np
+
+        return np.load(path, allow_pickle=False)
+
+
+@contextlib.contextmanager
+def staged_outputs(out_dir: str | os.PathLike, last: str = "metrics.json") -> Iterator[Path]:
+    """Write a run's final files into a staging directory, then move them all into ``out_dir``.
+
+    Nothing reaches ``out_dir`` unless every file was written (a full disk, an
+    error or a crash leaves the previous contents as they were); ``last`` is
+    moved last, so its presence marks a complete set.
+    """
+    import shutil
+
+    out_dir = Path(out_dir)
+    for stale in out_dir.glob(".staging-*"):  # left by a run that was killed
+        shutil.rmtree(stale, ignore_errors=True)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=out_dir))
+    except OSError as e:
+        raise UserError(f"{out_dir}: cannot write output ({e.strerror or e})") from None
+    try:
+        yield staging
+        names = sorted(p.name for p in staging.iterdir())
+        names.sort(key=lambda n: n == last)
+        for name in names:
+            src, dst = staging / name, out_dir / name
+            try:
+                if src.is_dir():
+                    if dst.is_dir():
+                        shutil.rmtree(dst)
+                    os.replace(src, dst)
+                else:
+                    os.replace(src, dst)
+            except OSError as e:
+                raise UserError(f"{dst}: write failed ({e.strerror or e})") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

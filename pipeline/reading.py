@@ -21,7 +21,9 @@ def selector_depth(selector, default: int = 25) -> int:
 
 
 def make_reader(args):
+    """The extractive reader of ``--reader`` (nothing loaded yet); chunks of ``$QA_SHARD_ROWS`` pairs."""
     from readers.extractive import ExtractiveReader
+    from retrievers.dense import default_shard_rows
 
     return ExtractiveReader(
         model=args.reader,
@@ -29,7 +31,9 @@ def make_reader(args):
         stride=args.stride,
         max_answer_tokens=args.max_answer_tokens,
         batch_size=args.reader_batch_size,
+        max_batch_tokens=getattr(args, "reader_token_budget", None),
         device=args.device,
+        pairs_per_chunk=default_shard_rows(),
     )
 
 
@@ -50,8 +54,22 @@ def fit_selector(selector, args, train, retriever_factory, depth: int, timer) ->
         selector.fit(passages.retriever_scores, stages.first_true(bearing, none=depth))
 
 
-def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer, out: Path, reader=None) -> dict:
+def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer, out: Path, reader=None,
+               engine=None, stage: Path | None = None) -> dict:
+    """Select, read, answer and score; writes predictions.json and details.jsonl into ``stage`` (default ``out``).
+
+    Reads are cached in ``--read-cache`` (default ``<out>/reads``, so a rerun
+    of the same command resumes from the chunks already read) and run on
+    ``engine`` (default: this process).  Returns ``{"metrics": ..., "info":
+    ...}``; ``info`` (reads done and reused) belongs in the manifest, never in
+    metrics.json, so a resumed run writes the same metrics as an
+    uninterrupted one.
+    """
     from eval.answer_metrics import answer_metrics
+    from pipeline.engine import EngineReader, LocalEngine
+
+    engine = engine or LocalEngine()
+    stage = Path(stage) if stage is not None else out
     from readers.extractive import ReadCache
     from selection import Ordinal
 
@@ -75,7 +93,7 @@ def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer
     reader = reader or make_reader(args)
     cache = ReadCache(Path(args.read_cache) if args.read_cache else out / "reads")
     with timer("read"):
-        reads = stages.read_top(reader, qs.texts, selected, cache=cache)
+        reads = stages.read_top(EngineReader(reader, engine), qs.texts, selected, cache=cache)
     answers, chosen = stages.answers_for_n(reads, selected, n, mu=args.mu)
     wanted = [m.strip() for m in args.metrics.split(",") if m.strip()]
     bertscore = None
@@ -94,15 +112,15 @@ def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer
             "selector": selector.spec,
             "read_unit": args.read_unit,
             "reader": args.reader,
-            "reads_done": reads.n_read,
-            "reads_reused": reads.n_reused,
         }
     )
-    info = getattr(scores, "info", {}) or {}
-    if "bert_f1" in info:
-        summary["bert_f1_info"] = info["bert_f1"]
+    info = {"reads_done": reads.n_read, "reads_reused": reads.n_reused, "read_cache": str(cache.directory),
+            "reader_batch_size": reader.batch_size, "reader_max_batch_tokens": reader.max_batch_tokens}
+    metric_info = getattr(scores, "info", {}) or {}
+    if "bert_f1" in metric_info:
+        summary["bert_f1_info"] = metric_info["bert_f1"]
     predictions = {qs.question_ids[q]: answers[q] for q in range(len(rows))}
-    write_json(out / "predictions.json", predictions)
+    write_json(stage / "predictions.json", predictions)
     details = []
     for q in range(len(rows)):
         keys = [int(k) for k in selected.keys[q, : n[q]]]
@@ -120,5 +138,5 @@ def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer
                 **{name: (None if np.isnan(v[q]) else float(v[q])) for name, v in scores.items()},
             }
         )
-    write_jsonl(out / "details.jsonl", details)
-    return {"metrics": summary}
+    write_jsonl(stage / "details.jsonl", details)
+    return {"metrics": summary, "info": info}

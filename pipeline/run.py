@@ -7,7 +7,14 @@ passages per question (``--selector``), reads them and scores the answers
 
 Outputs in ``--out DIR``: metrics.json, run.trec (top 100), manifest.json and,
 with a reader, predictions.json (SQuAD-style id -> answer), details.jsonl and
-selector.json.
+selector.json.  They are written together at the end (metrics.json last): a
+run that fails or is killed leaves none of them half-written.
+
+Long stages resume: corpus embeddings are cached in shards and reads in
+``<out>/reads``, so rerunning the same command after a crash skips the work
+already done and writes byte-identical outputs (timings only go to
+manifest.json).  ``--engine ray`` runs encoding, reading and BM25 search on a
+Ray cluster (:mod:`pipeline.ray_engine`).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from data.errors import UserError
-from data.io import write_json, write_jsonl
+from data.io import write_json
 from pipeline.cli import (
     Timer,
     jsonable_config,
@@ -34,8 +41,15 @@ from pipeline.cli import (
 TREC_DEPTH = 100
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one ``error:`` line (via ``main_guard``), not usage text."""
+
+    def error(self, message: str):
+        raise UserError(f"{self.prog}: {message} (see --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipeline.run", description=__doc__.splitlines()[0])
+    p = _Parser(prog="python -m pipeline.run", description=__doc__.splitlines()[0])
     p.add_argument("--config", help="YAML or TOML file with any of these flags")
     g = p.add_argument_group("data")
     g.add_argument("--dataset", default="reqa_squad", help="reqa_squad, reqa_nq, squad_open, beir:NAME, mteb:NAME, iapp_wiki_qa_squad, squad_file:PATH")
@@ -53,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--encoder", help="dense encoder name or path (default all-MiniLM-L6-v2, offline)")
     g.add_argument("--dense-field", default="sentence", choices=["sentence", "sentence+context", "context"])
     g.add_argument("--dense-index", default="flat", choices=["flat", "hnsw"])
+    g.add_argument("--encoder-token-budget", type=int, default=16384, help="padded tokens per encoder batch (halved on CUDA out-of-memory)")
     g.add_argument("--fusion-opt", action="append", default=[], metavar="KEY=VALUE", help="option of a fused retriever (repeatable)")
     g.add_argument("--train-split", default="train", help="split that learned retrievers/selectors are fitted on")
     g.add_argument("--train-limit", type=int, default=5000, help="questions of the training split used for fitting selectors")
@@ -63,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-length", type=int, default=384)
     g.add_argument("--stride", type=int, default=128)
     g.add_argument("--max-answer-tokens", type=int, default=30)
-    g.add_argument("--reader-batch-size", type=int, default=32)
+    g.add_argument("--reader-batch-size", type=int, default=32, help="most windows per forward pass (halved on CUDA out-of-memory)")
+    g.add_argument("--reader-token-budget", type=int, help="also cap windows x padded length per forward pass")
     g.add_argument("--mu", type=float, default=1.0, help="BERTserini interpolation: (1-mu)*retriever + mu*reader")
     g.add_argument("--metrics", default="em,f1,rouge_l,meteor", help="answer metrics (add bert_f1 for BERTScore)")
     g.add_argument("--bertscore-model", help="BERTScore model name or path (default roberta-large)")
@@ -73,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
     g.add_argument("--seed", type=int, default=13)
     g.add_argument("--read-cache", help="directory of cached reader outputs (default: <out>/reads)")
+    g = p.add_argument_group("engine")
+    g.add_argument("--engine", default="local", help="local (this process) or ray (encoding, reading and BM25 search on Ray)")
+    g.add_argument("--ray-address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray instance)")
+    g.add_argument("--ray-actors", type=int, default=2, help="actors per encoder/reader pool (and BM25 query blocks)")
+    g.add_argument("--ray-gpus-per-actor", type=float, default=0.0, help="GPUs each encoder/reader actor reserves")
+    g.add_argument("--ray-cpus-per-actor", type=float, default=1.0, help="CPUs each actor or BM25 task reserves")
     return p
 
 
@@ -87,7 +109,8 @@ def _fusion_options(items: list[str]) -> dict:
 
 
 def retriever_options(args) -> dict:
-    dense = {"field": args.dense_field, "index_type": args.dense_index, "device": args.device}
+    dense = {"field": args.dense_field, "index_type": args.dense_index, "device": args.device,
+             "token_budget": args.encoder_token_budget}
     if args.encoder:
         dense["model"] = args.encoder
     bm25 = {"k1": args.bm25_k1, "b": args.bm25_b, "field": args.bm25_field}
@@ -131,29 +154,75 @@ def write_trec(path: Path, ranking, queries, corpus, tag: str, depth: int = TREC
     write_trec_run(path, ranking.top(depth), queries.ids, corpus.ids, tag)
 
 
+def check_args(args) -> None:
+    """Flag values that are wrong whatever the data (checked before any work)."""
+    from pipeline.engine import ENGINES
+
+    for flag, value, low in (("--depth", args.depth, 1), ("--limit", args.limit, 1), ("--max-length", args.max_length, 8),
+                             ("--reader-batch-size", args.reader_batch_size, 1), ("--encoder-token-budget", args.encoder_token_budget, 1),
+                             ("--reader-token-budget", args.reader_token_budget, 1), ("--ray-actors", args.ray_actors, 1)):
+        if value is not None and value < low:
+            raise UserError(f"{flag} must be >= {low} (got {value})")
+    if args.engine not in ENGINES:
+        raise UserError(f"--engine {args.engine!r}: use {' or '.join(ENGINES)}")
+    if args.reader and args.reader_token_budget is not None and args.reader_token_budget < args.max_length:
+        raise UserError(f"--reader-token-budget {args.reader_token_budget}: must be at least --max-length {args.max_length}")
+    if args.engine == "local" or args.device == "cpu":
+        from retrievers.encoder import resolve_device
+
+        resolve_device(args.device)
+    _fusion_options(args.fusion_opt)
+
+
 @main_guard
 def main(argv: list[str] | None = None) -> int:
     args = parse_with_config(build_parser(), argv)
+    check_args(args)
+    from pipeline.engine import make_engine
+
+    engine = make_engine(args)
+    if hasattr(engine, "check"):
+        engine.check()
+    try:
+        return run(args, engine)
+    finally:
+        engine.close()
+
+
+def run(args, engine) -> int:
+    """One run (after the flags were checked); see the module docstring."""
+    from data.io import staged_outputs
     from data.registry import load_dataset
     from pipeline import stages
 
     timer = Timer()
+    notes: list[str] = []
     np.random.seed(args.seed)
     out = make_out_dir(args.out, f"{args.dataset}-{args.split}-{args.retriever}" + (f"-{Path(args.reader).name}" if args.reader else ""))
     from selection import parse_selector
 
     selector = parse_selector(args.selector) if args.reader else None  # bad specs fail before any work
+    reader = None
     if args.reader:
         from pipeline.reading import make_reader
 
         with timer("load_reader"):
-            reader = make_reader(args).load()  # a bad model name/path fails before retrieval
+            reader = prepare_reader(make_reader(args), engine)  # a bad model name/path fails before retrieval
     with timer("load_data"):
         dataset = load_dataset(args.dataset, args.split, data_dir=args.data_dir, data_file=args.data_file,
                                skip_bad_records=args.skip_bad_records)
         dataset = limit_queries(dataset, args.limit)
+    depth = args.depth
+    if depth > len(dataset.corpus):
+        depth = len(dataset.corpus)
+        notes.append(f"--depth {args.depth} is more than the {len(dataset.corpus)} candidates in the corpus: every query ranks all {depth}")
+        print(f"note: {notes[-1]}", file=sys.stderr)
     options = language_options(dataset, retriever_options(args))
-    retriever = stages.build_retriever(args.retriever, options)
+
+    def new_retriever():
+        return engine.adapt_retriever(stages.build_retriever(args.retriever, options))
+
+    retriever = new_retriever()
     train = None
     from retrievers.fusion import needs_fit
 
@@ -167,32 +236,91 @@ def main(argv: list[str] | None = None) -> int:
         print(NO_ANSWERS_MESSAGE.format(name=dataset.name), file=sys.stderr)
         args.reader = None
     with timer("retrieve"):
-        ranking = stages.retrieve(retriever, dataset, args.depth, train=train)
+        ranking = stages.retrieve(retriever, dataset, depth, train=train)
     with timer("retrieval_metrics"):
         metrics = {"dataset": dataset.name, "split": dataset.split, "retriever": args.retriever,
                    "corpus_size": len(dataset.corpus), "level": dataset.level}
         metrics["retrieval"] = retrieval_metrics(ranking, dataset)
-    write_trec(out / "run.trec", ranking, dataset.queries, dataset.corpus, tag=args.retriever)
     saved = {}
     if hasattr(retriever, "to_dict"):
         saved["retriever"] = retriever.to_dict()
-    if args.reader:
-        from pipeline.reading import run_reader
+    extra: dict = {"engine": engine.info()}
+    shards = embedding_shard_counts(retriever)
+    if shards:
+        extra["embedding_shards"] = shards
+    if args.skip_bad_records:
+        extra["skipped_records"] = skipped_records(dataset)
+        if train is not None:
+            extra["train_skipped_records"] = skipped_records(train)
+    if notes:
+        extra["notes"] = notes
+    with staged_outputs(out) as stage:  # nothing reaches --out unless every file was written
+        write_trec(stage / "run.trec", ranking, dataset.queries, dataset.corpus, tag=args.retriever)
+        if args.reader:
+            from pipeline.reading import run_reader
 
-        reading = run_reader(args, dataset, ranking, selector, train, reader=reader, timer=timer, out=out,
-                             retriever_factory=lambda: stages.build_retriever(args.retriever, options))
-        metrics["reading"] = reading["metrics"]
-        saved["selector"] = selector.to_dict()
-    write_json(out / "metrics.json", metrics)
-    if saved:
-        write_json(out / "selector.json" if "selector" in saved else out / "learned.json", saved)
-    sources = dict(dataset.sources)
-    if train is not None:
-        sources.update({f"train:{k}": v for k, v in train.sources.items()})
-    write_manifest(out, command="pipeline.run", config=jsonable_config(args), seed=args.seed, sources=sources,
-                   timings=timer.timings)
+            reading = run_reader(args, dataset, ranking, selector, train, reader=reader, timer=timer, out=out,
+                                 retriever_factory=new_retriever, engine=engine, stage=stage)
+            metrics["reading"] = reading["metrics"]
+            extra["reading"] = reading["info"]
+            saved["selector"] = selector.to_dict()
+        if saved:
+            write_json(stage / "selector.json" if "selector" in saved else stage / "learned.json", saved)
+        write_json(stage / "metrics.json", metrics)
+        sources = dict(dataset.sources)
+        if train is not None:
+            sources.update({f"train:{k}": v for k, v in train.sources.items()})
+        write_manifest(stage, command="pipeline.run", config=jsonable_config(args), seed=args.seed, sources=sources,
+                       timings=timer.timings, extra=extra)
     _print_summary(metrics, out)
     return 0
+
+
+def prepare_reader(reader, engine):
+    """Load the reader here (local engine), or only check it (Ray: the actors load it)."""
+    prepare = getattr(engine, "prepare_reader", None)
+    if prepare is not None:
+        return prepare(reader)
+    return reader.load()
+
+
+def embedding_shard_counts(retriever) -> dict:
+    """Corpus-embedding shards computed and reused, summed over the dense retrievers of a run."""
+    total: dict[str, int] = {}
+    stack = [retriever]
+    while stack:
+        r = stack.pop()
+        stats = getattr(r, "encode_stats_", None)
+        if stats:
+            for k, v in stats.items():
+                total[k] = total.get(k, 0) + int(v)
+        stack.extend(getattr(r, "members", None) or [])
+    return total
+
+
+def skipped_records(dataset) -> int | None:
+    """Records dropped by ``--skip-bad-records`` in the dataset's SQuAD-format source files.
+
+    Counted by validating the source files again (the dataset cache keeps the
+    built dataset, not the count); ``None`` when the sources are not SQuAD files.
+    """
+    from data.squad import load_squad_json
+
+    if "skipped_records" in dataset.sources:
+        return int(dataset.sources["skipped_records"])
+    count, seen = 0, False
+    for key in dataset.sources:
+        path = Path(str(key))
+        if not path.is_file():
+            continue
+        stats: dict = {}
+        try:
+            load_squad_json(path, skip_bad_records=True, stats=stats)
+        except UserError:
+            continue  # not a SQuAD-format file
+        seen = True
+        count += stats.get("skipped_records", 0)
+    return count if seen else None
 
 
 def retrieval_metrics(ranking, dataset) -> dict:

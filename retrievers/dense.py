@@ -18,12 +18,14 @@ from typing import Sequence
 import numpy as np
 
 from data.errors import UserError
-from data.io import atomic_path, cache_dir, sha256_text
+from data.io import ShardStore, cache_dir, sha256_text
 from data.types import Corpus
 from retrievers.encoder import encode_texts, load_sentence_encoder, model_fingerprint, resolve_device, resolve_encoder
 from retrievers.types import Ranking
 
 FIELDS = ("sentence", "sentence+context", "context")
+SHARD_ROWS = 4096
+GPU_MAX_K = 2048  # largest k FAISS GPU indexes search
 
 
 class DenseRetriever:
@@ -38,8 +40,10 @@ class DenseRetriever:
     hnsw_m, hnsw_ef_search : HNSW graph degree and search breadth.
     query_prefix, passage_prefix : prepended before encoding (E5-style models).
     device : ``auto``, ``cpu`` or ``cuda[:i]``.
+    token_budget : padded tokens per encoder batch (halved on CUDA out-of-memory).
     faiss_threads : OpenMP threads for FAISS (1 is often fastest on 2 cores).
-    cache : keep corpus embeddings on disk.
+    cache : keep corpus embeddings on disk (in resumable shards).
+    shard_texts : texts per embedding shard (default ``$QA_SHARD_ROWS`` or 4096).
     """
 
     name = "dense"
@@ -57,6 +61,7 @@ class DenseRetriever:
         token_budget: int = 16384,
         faiss_threads: int | None = 1,
         cache: bool = True,
+        shard_texts: int | None = None,
     ):
         self.model = model
         self.field = field
@@ -69,6 +74,7 @@ class DenseRetriever:
         self.token_budget = token_budget
         self.faiss_threads = faiss_threads
         self.cache = cache
+        self.shard_texts = shard_texts
 
     def _encoder(self):
         return load_sentence_encoder(resolve_encoder(self.model), resolve_device(self.device))
@@ -85,29 +91,58 @@ class DenseRetriever:
         return [self.passage_prefix + t for t in texts]
 
     def encode_corpus(self, corpus: Corpus) -> np.ndarray:
+        """Corpus embeddings [N, D], built shard by shard and resumed from finished shards.
+
+        Shards of ``shard_texts`` rows are kept in ``<cache>/embeddings/<key>/``
+        (key: model fingerprint, maximum length, precision and every text), each written
+        atomically with its checksum in its name; a rerun after a crash encodes
+        only the missing shards, and a shard whose bytes do not match is
+        rebuilt.  Runs sharing the cache take turns (a file lock).
+        """
         texts = self._texts(corpus)
         encoder = self._encoder()
         key = sha256_text(
-            "dense-v1", model_fingerprint(resolve_encoder(self.model)), encoder.max_seq_length, texts
+            "dense-v2", model_fingerprint(resolve_encoder(self.model)), encoder.max_seq_length, self.encode_precision(), texts
         )[:24]
-        path = cache_dir("embeddings") / f"{key}.npy"
-        if self.cache and path.is_file():
-            try:
-                emb = np.load(path, allow_pickle=False)
-                if emb.shape[0] == len(texts):
-                    return emb
-            except (OSError, ValueError):
-                pass  # corrupt entry: rebuilt below
-            path.unlink(missing_ok=True)
-        emb = encode_texts(encoder, texts, token_budget=self.token_budget, desc="encode corpus")
-        if self.cache:
-            try:
-                with atomic_path(path) as tmp:
-                    with open(tmp, "wb") as f:
-                        np.save(f, emb)
-            except UserError:
-                pass
-        return emb
+        ranges = shard_ranges(len(texts), self.shard_texts)
+        if not self.cache:
+            parts = {lo: emb for lo, _, emb in self.encode_shards(texts, ranges)}
+            self.encode_stats_ = {"shards": len(ranges), "computed": len(ranges), "reused": 0}
+            return np.concatenate([parts[lo] for lo, _ in ranges], axis=0)
+        store = ShardStore(cache_dir("embeddings", key))
+        with store.lock():
+            done = store.finished()
+            missing = [r for r in ranges if _shard_name(*r) not in done]
+            for lo, hi, emb in self.encode_shards(texts, missing):
+                if emb.shape[0] != hi - lo:
+                    raise RuntimeError(f"shard rows {lo}-{hi}: got {emb.shape[0]} embeddings")
+                done[_shard_name(lo, hi)] = store.save(_shard_name(lo, hi), emb.astype(np.float32, copy=False))
+            parts = [store.load(done[_shard_name(*r)]) for r in ranges]
+        self.encode_stats_ = {"shards": len(ranges), "computed": len(missing), "reused": len(ranges) - len(missing)}
+        return np.concatenate(parts, axis=0)
+
+    def encode_precision(self) -> str:
+        """How corpus texts are encoded (part of the cache key): fp32 on CPU, autocast on CUDA."""
+        return "float32" if not resolve_device(self.device).startswith("cuda") else "cuda-autocast"
+
+    def encode_shards(self, texts: Sequence[str], ranges: Sequence[tuple[int, int]]):
+        """Yield ``(lo, hi, embeddings of texts[lo:hi])`` for each range, in this process.
+
+        The hook a distributed engine overrides (:mod:`pipeline.ray_engine`);
+        every shard is encoded on its own so results do not depend on which
+        shards were already done.
+        """
+        if not ranges:
+            return
+        encoder = self._encoder()
+        from tqdm.auto import tqdm
+
+        total = sum(hi - lo for lo, hi in ranges)
+        with tqdm(total=total, desc="encode corpus", unit="text", leave=False) as bar:
+            for lo, hi in ranges:
+                emb = encode_texts(encoder, texts[lo:hi], token_budget=self.token_budget, show_progress=False)
+                bar.update(hi - lo)
+                yield lo, hi, emb
 
     def index(self, corpus: Corpus) -> "DenseRetriever":
         import faiss
@@ -125,7 +160,9 @@ class DenseRetriever:
             index.hnsw.efSearch = int(self.hnsw_ef_search)
         else:
             raise UserError(f"dense index_type {self.index_type!r} unknown; use flat or hnsw")
-        index = _maybe_gpu(index, self.device)
+        self._gpu_resources = None
+        if self.index_type == "flat":
+            index, self._gpu_resources = _maybe_gpu(index, self.device)
         index.add(emb)
         self._index = index
         self._size = len(corpus)
@@ -142,21 +179,54 @@ class DenseRetriever:
             raise UserError(f"dense: k must be >= 1 (got {k})")
         q = np.ascontiguousarray(self.encode_queries(query_texts), dtype=np.float32)
         k_eff = min(k, self._size)
-        scores, ids = self._index.search(q, k_eff)
+        index = self._index
+        if self._gpu_resources is not None and k_eff > GPU_MAX_K:  # FAISS GPU search caps k
+            import faiss
+
+            if getattr(self, "_cpu_index", None) is None:
+                self._cpu_index = faiss.index_gpu_to_cpu(self._index)
+            index = self._cpu_index
+        scores, ids = index.search(q, k_eff)
         scores = np.where(ids >= 0, scores, -np.inf).astype(np.float32)
         return Ranking(ids.astype(np.int64), scores)
 
 
 def _maybe_gpu(index, device: str):
-    """Move a FAISS index to GPU when faiss-gpu is installed and a GPU is used."""
+    """``(index, resources)``: a flat index moved to GPU when faiss-gpu is installed and a GPU is used.
+
+    The ``StandardGpuResources`` must outlive the GPU index, so it is returned
+    for the caller to keep; ``resources`` is ``None`` when the index stays on
+    CPU (faiss-cpu, ``--device cpu``, no GPU visible to FAISS).
+    """
     import faiss
 
-    if not hasattr(faiss, "StandardGpuResources") or resolve_device(device) == "cpu":
-        return index
-    try:
-        if faiss.get_num_gpus() < 1:
-            return index
-        gpu = int(device.split(":")[1]) if ":" in device else 0
-        return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), gpu, index)
-    except Exception:  # HNSW has no GPU version: stay on CPU
-        return index
+    if not hasattr(faiss, "StandardGpuResources"):
+        return index, None
+    resolved = resolve_device(device)
+    if not resolved.startswith("cuda") or faiss.get_num_gpus() < 1:
+        return index, None
+    gpu = int(resolved.split(":")[1]) if ":" in resolved else 0
+    resources = faiss.StandardGpuResources()
+    return faiss.index_cpu_to_gpu(resources, gpu, index), resources
+
+
+def shard_ranges(n: int, shard_texts: int | None = None) -> list[tuple[int, int]]:
+    """``[lo, hi)`` row ranges of ``shard_texts`` rows (default ``$QA_SHARD_ROWS`` or 4096)."""
+    size = int(shard_texts or default_shard_rows())
+    if size < 1:
+        raise UserError(f"shard size {size}: must be >= 1")
+    return [(lo, min(lo + size, n)) for lo in range(0, n, size)]
+
+
+def default_shard_rows() -> int:
+    """Rows per resumable shard: ``$QA_SHARD_ROWS`` (a tuning and test knob) or 4096."""
+    value = os.environ.get("QA_SHARD_ROWS", "").strip()
+    if not value:
+        return SHARD_ROWS
+    if not value.isdigit() or int(value) < 1:
+        raise UserError(f"QA_SHARD_ROWS={value!r}: expected a positive integer")
+    return int(value)
+
+
+def _shard_name(lo: int, hi: int) -> str:
+    return f"rows-{lo:010d}-{hi:010d}"

@@ -46,12 +46,17 @@ def resolve_encoder(name_or_path: str | None) -> str:
 def resolve_device(device: str = "auto") -> str:
     import torch
 
+    device = str(device)
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"--device {device}: CUDA is not available on this machine")
-    if device != "cpu" and not device.startswith("cuda") and device != "mps":
+    if device in ("cpu", "mps"):
+        return device
+    if device != "cuda" and not (device.startswith("cuda:") and device[5:].isdigit()):
         raise UserError(f"--device {device!r}: use auto, cpu or cuda[:i]")
+    if not torch.cuda.is_available():
+        raise UserError(f"--device {device}: CUDA is not available on this machine")
+    if ":" in device and int(device[5:]) >= torch.cuda.device_count():
+        raise UserError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
 
 
@@ -107,7 +112,8 @@ def encode_texts(
 
     Texts are tokenized once, sorted by token length (longest first, so the
     first batch shows the peak memory), and packed into batches of at most
-    ``token_budget`` padded tokens.
+    ``token_budget`` padded tokens.  A batch that runs out of CUDA memory is
+    halved and retried (:func:`run_in_batches`).
     """
     import torch
 
@@ -125,10 +131,14 @@ def encode_texts(
     device = next(model.parameters()).device
     use_amp = device.type == "cuda"
     amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
-    batches = _budget_batches(lengths[order], token_budget, max_batch)
-    chunks = []
+    sorted_lengths = lengths[order]
+
+    def batch_size_at(lo: int) -> int:  # longest first: the batch's first text sets its padded width
+        return max(1, min(max_batch, token_budget // max(int(sorted_lengths[lo]), 1)))
+
     with torch.inference_mode(), tqdm(total=len(texts), desc=desc, unit="text", disable=not show_progress, leave=False) as bar:
-        for lo, hi in batches:
+
+        def run(lo: int, hi: int) -> np.ndarray:
             rows = order[lo:hi]
             feats = tok.pad({"input_ids": [ids[i] for i in rows]}, padding=True, return_tensors="pt")
             if "token_type_ids" not in feats and "token_type_ids" in tok.model_input_names:
@@ -139,23 +149,79 @@ def encode_texts(
             emb = emb.float()
             if normalize:
                 emb = torch.nn.functional.normalize(emb, p=2, dim=1)
-            chunks.append(emb.cpu().numpy())
             bar.update(hi - lo)
+            return emb.cpu().numpy()
+
+        chunks = run_in_batches(len(texts), batch_size_at, run, what="encoder")
     flat = np.concatenate(chunks, axis=0)
     out = np.empty_like(flat)
     out[order] = flat
     return out
 
 
-def _budget_batches(sorted_lengths: np.ndarray, token_budget: int, max_batch: int) -> list[tuple[int, int]]:
-    """Split a length-sorted (descending) list into [lo, hi) batches under a padded-token budget."""
-    batches = []
+# ------------------------------------------------------------ out of memory
+_OOM_WARNED: set[str] = set()
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """True for a CUDA (or other accelerator) out-of-memory error."""
+    try:
+        import torch
+
+        if isinstance(err, torch.OutOfMemoryError):
+            return True
+    except (ImportError, AttributeError):
+        pass
+    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower() and "cuda" in str(err).lower()
+
+
+def release_accelerator_memory() -> None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:
+        pass
+
+
+def warn_out_of_memory(what: str, size: int) -> None:
+    """Say once per run and component that batches were halved."""
+    if what in _OOM_WARNED:
+        return
+    _OOM_WARNED.add(what)
+    from data.io import warn
+
+    warn(f"{what}: out of accelerator memory; batches halved to {size} and retried")
+
+
+def run_in_batches(n: int, batch_size, run, *, what: str = "batch") -> list:
+    """``run(lo, hi)`` over ``[0, n)`` in consecutive batches; the results, in order.
+
+    ``batch_size`` is an int or ``lo -> int`` (the size of the batch that
+    starts at ``lo``).  A batch that runs out of CUDA memory is halved and
+    retried, and every later batch is capped at the halved size; the run says
+    so once (a ``warning:`` line).  A single item that does not fit is a
+    ``UserError``.
+    """
+    out = []
+    cap: int | None = None
     lo = 0
-    n = len(sorted_lengths)
     while lo < n:
-        longest = max(int(sorted_lengths[lo]), 1)
-        size = max(1, min(max_batch, token_budget // longest))
-        hi = min(n, lo + size)
-        batches.append((lo, hi))
-        lo = hi
-    return batches
+        size = batch_size(lo) if callable(batch_size) else int(batch_size)
+        if cap is not None:
+            size = min(size, cap)
+        size = max(1, min(size, n - lo))
+        try:
+            out.append(run(lo, lo + size))
+        except Exception as err:
+            if not is_out_of_memory(err):
+                raise
+            release_accelerator_memory()
+            if size == 1:
+                raise UserError(f"{what}: out of accelerator memory with a batch of one (use --device cpu or a smaller max length)") from None
+            cap = size // 2
+            warn_out_of_memory(what, cap)
+            continue
+        lo += size
+    return out

@@ -1,0 +1,108 @@
+"""Where the heavy stages of a run execute: in this process or on Ray.
+
+``pipeline.run --engine local`` (the default) encodes, searches and reads in
+this process; ``--engine ray`` (:mod:`pipeline.ray_engine`) runs dense corpus
+encoding and reading as Ray Data ``map_batches`` over actor pools and BM25
+search as Ray tasks over query blocks.  Both engines give the same results
+(same ids, same spans; scores equal up to float rounding) and both write
+resumable shards, so a rerun after a crash picks up where it stopped.
+
+An engine offers two hooks:
+
+* ``adapt_retriever(retriever)`` returns the retriever to run (the Ray engine
+  swaps BM25 and dense retrievers, also inside fused ones, for subclasses
+  that distribute their heavy part);
+* ``prepare_reader(reader)`` loads (local) or checks (Ray) the reader up
+  front, so a bad model fails before any work;
+* ``read_pairs(reader, questions, passages, cache)`` reads pairs like
+  :meth:`readers.extractive.ExtractiveReader.read_pairs`.
+
+On CUDA out-of-memory the reader's batch is halved and the read retried
+(chunks already read come from the read cache); the encoder halves its own
+batches (:func:`retrievers.encoder.run_in_batches`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from data.errors import UserError
+
+ENGINES = ("local", "ray")
+
+
+class LocalEngine:
+    """Everything in this process (the default)."""
+
+    name = "local"
+
+    def adapt_retriever(self, retriever):
+        return retriever
+
+    def prepare_reader(self, reader):
+        """Load the reader now, so a bad model fails before any retrieval."""
+        return reader.load()
+
+    def read_pairs(self, reader, questions: Sequence[str], passages: Sequence[str], cache=None):
+        return read_pairs_halving(reader, list(questions), list(passages), cache=cache)
+
+    def info(self) -> dict[str, Any]:
+        return {"engine": self.name}
+
+    def close(self) -> None:
+        pass
+
+
+class EngineReader:
+    """A reader whose ``read_pairs`` runs on an engine (what :func:`pipeline.stages.read_top` calls)."""
+
+    def __init__(self, reader, engine):
+        self.reader = reader
+        self.engine = engine
+
+    def read_pairs(self, questions, passages, cache=None):
+        return self.engine.read_pairs(self.reader, questions, passages, cache)
+
+
+def read_pairs_halving(reader, questions: list[str], passages: list[str], cache=None):
+    """``reader.read_pairs``; on CUDA out-of-memory the batch is halved and the read retried.
+
+    ``reader.batch_size`` (and ``max_batch_tokens``, kept >= ``max_length``)
+    stay halved for the rest of the run; the run says so once.  With a cache,
+    the chunks finished before the error are not read again.
+    """
+    from retrievers.encoder import is_out_of_memory, release_accelerator_memory, warn_out_of_memory
+
+    while True:
+        try:
+            return reader.read_pairs(questions, passages, cache=cache)
+        except Exception as err:
+            if not is_out_of_memory(err):
+                raise
+            release_accelerator_memory()
+            if reader.batch_size <= 1:
+                raise UserError(
+                    "reader: out of accelerator memory with a batch of one window (use --device cpu or a smaller --max-length)"
+                ) from None
+            reader.batch_size = max(1, reader.batch_size // 2)
+            if reader.max_batch_tokens is not None:
+                reader.max_batch_tokens = max(int(reader.max_length), int(reader.max_batch_tokens) // 2)
+            warn_out_of_memory("reader", reader.batch_size)
+
+
+def make_engine(args) -> Any:
+    """The engine named by ``--engine`` (Ray options from ``--ray-*`` / ``RAY_ADDRESS``)."""
+    name = getattr(args, "engine", "local") or "local"
+    if name == "local":
+        return LocalEngine()
+    if name == "ray":
+        from pipeline.ray_engine import RayEngine
+
+        return RayEngine(
+            address=getattr(args, "ray_address", None),
+            actors=getattr(args, "ray_actors", 2),
+            gpus_per_actor=getattr(args, "ray_gpus_per_actor", 0.0),
+            cpus_per_actor=getattr(args, "ray_cpus_per_actor", 1.0),
+            device=getattr(args, "device", "auto"),
+        )
+    raise UserError(f"--engine {name!r}: use {' or '.join(ENGINES)}")
