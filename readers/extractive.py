@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from data.errors import UserError
-from data.io import atomic_path, sha256_text
+from data.io import atomic_path, sha256_text, warn
 
 ALIASES: dict[str, str] = {
     "bert-base": "csarron/bert-base-uncased-squad-v1",
@@ -95,13 +95,16 @@ class ReadCache:
             raise UserError(f"{directory}: read cache must be a directory")
         keys, scores, starts, ends = [], [], [], []
         for shard in sorted(directory.glob("reads-*.npz")) if directory.is_dir() else []:
-            try:
+            try:  # the zip's CRC-32 of every array is checked as it is read
                 with np.load(shard, allow_pickle=False) as z:
                     k, s, b, e = z["keys"], z["score"], z["start_char"], z["end_char"]
-            except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
-                raise UserError(f"{shard}: unreadable read-cache shard ({err}); delete it") from None
-            if not (len(k) == len(s) == len(b) == len(e)):
-                raise UserError(f"{shard}: read-cache shard arrays differ in length; delete it")
+                if not (len(k) == len(s) == len(b) == len(e)):
+                    raise ValueError("arrays differ in length")
+            except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as err:
+                # a damaged shard is dropped (its pairs are read again), never served
+                warn(f"{shard}: unreadable read-cache shard ({str(err)[:80]}); removed, its pairs will be read again")
+                shard.unlink(missing_ok=True)
+                continue
             keys.append(k.astype(str))
             scores.append(s)
             starts.append(b)
