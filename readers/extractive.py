@@ -446,6 +446,7 @@ class ExtractiveReader:
         if bar is not None:
             bar.total = (bar.total or 0) + n_windows
             bar.refresh()
+        pad_left = tok.padding_side == "left"
         device = self.device_
         use_autocast = self.dtype_ != "float32"
         amp_dtype = getattr(torch, self.dtype_)
@@ -453,17 +454,20 @@ class ExtractiveReader:
             for batch in _batches(lengths[order], self.batch_size, self.max_batch_tokens):
                 rows = order[batch]
                 span = int(lengths[rows].max())
-                inputs = {k: torch.from_numpy(v[rows, :span]).to(device) for k, v in model_inputs.items()}
+                col0 = width - span if pad_left else 0  # the batch's columns: [col0, col0 + span)
+                inputs = {k: torch.from_numpy(v[rows, col0 : col0 + span]).to(device) for k, v in model_inputs.items()}
                 with torch.autocast(device_type=device.split(":")[0], dtype=amp_dtype, enabled=use_autocast):
                     out = self.model_(**inputs)
                 s, i, j = best_spans(
                     out.start_logits.float(),
                     out.end_logits.float(),
-                    torch.from_numpy(ctx_lo[rows]).to(device),
-                    torch.from_numpy(ctx_hi[rows]).to(device),
+                    torch.from_numpy(ctx_lo[rows] - col0).to(device),
+                    torch.from_numpy(ctx_hi[rows] - col0).to(device),
                     self.max_answer_tokens,
                 )
-                win_score[rows], win_start[rows], win_end[rows] = s.cpu().numpy(), i.cpu().numpy(), j.cpu().numpy()
+                win_score[rows] = s.cpu().numpy()
+                win_start[rows] = i.cpu().numpy() + col0
+                win_end[rows] = j.cpu().numpy() + col0
                 if bar is not None:
                     bar.update(len(rows))
         # the pair's answer: its best window

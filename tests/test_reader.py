@@ -98,6 +98,17 @@ def test_spans_respect_max_answer_tokens(squad_dev):
         assert (int(b), int(e)) in set(map(tuple, offsets))  # exactly one passage token
 
 
+def test_batching_with_dynamic_padding_does_not_change_reads(squad_dev, reader):
+    rows, _ = squad_dev
+    rows = rows[5::12]  # paragraphs of different lengths, so batches are padded
+    one_by_one = ExtractiveReader(str(READER), batch_size=1, progress=False)
+    single = one_by_one.read_pairs([r[0] for r in rows], [r[1] for r in rows])
+    batched = reader.read_pairs([r[0] for r in rows], [r[1] for r in rows])
+    assert len({len(r[1]) for r in rows}) > 1
+    assert single.text == batched.text
+    np.testing.assert_allclose(single.score, batched.score, atol=1e-3)
+
+
 def test_empty_passages_get_no_span(squad_dev, reader):
     rows, _ = squad_dev
     question, paragraph, _ = rows[0]

@@ -1,0 +1,214 @@
+"""Gold-paragraph reading: our ExtractiveReader vs transformers' question-answering pipeline.
+
+Both read the same SQuAD v1.1 dev questions, each with its own paragraph, with
+the same checkpoint, window length, stride, longest answer and longest
+question, on the same CPU threads, in one run.  The pipeline only exists in
+transformers 4.x, so it runs in a bench-only venv (see bench/README.md) as a
+child process that answers blocks of questions over stdin/stdout; the blocks
+alternate between the two sides so that load from other processes on the
+machine hits both alike.  Model loading and a short warm-up are not timed.
+
+    python bench/reader_vs_pipeline.py --limit 1000
+
+Prints EM / F1 (official SQuAD v1.1 normalization, eval.answer_metrics) and
+passages per second for both, and ours minus / over theirs.  Goals: EM and F1
+within +-0.3 points, passages/s at least 3x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "minilm-squad-reader"
+DEFAULT_VENV = ROOT / ".venv-bench"
+
+
+# ---------------------------------------------------------------- pipeline side (runs in the bench venv)
+
+
+def serve_pipeline(model: str, threads: int) -> None:
+    """Answer JSON requests on stdin with the transformers 4.x pipeline (one JSON line per request)."""
+    import torch
+    import transformers
+
+    torch.set_num_threads(threads)
+    transformers.logging.set_verbosity_error()
+    qa = transformers.pipeline("question-answering", model=model, tokenizer=model, device=-1)
+    _reply({"transformers": transformers.__version__, "threads": torch.get_num_threads()})
+    for line in sys.stdin:
+        request = json.loads(line)
+        started = time.perf_counter()
+        outputs = qa(
+            question=request["questions"],
+            context=request["contexts"],
+            max_seq_len=request["max_length"],
+            doc_stride=request["stride"],
+            max_answer_len=request["max_answer_tokens"],
+            max_question_len=request["max_question_tokens"],
+            batch_size=request["batch_size"],
+        )
+        seconds = time.perf_counter() - started
+        if isinstance(outputs, dict):
+            outputs = [outputs]
+        _reply({"answers": [o["answer"] for o in outputs], "seconds": seconds})
+
+
+def _reply(obj) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+class PipelineProcess:
+    def __init__(self, python: Path, model: str, threads: int):
+        self.proc = subprocess.Popen(
+            [str(python), __file__, "--serve-pipeline", "--model", model, "--threads", str(threads)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+        )
+        self.hello = self._read()
+
+    def _read(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"error: pipeline process exited with status {self.proc.wait()} (see its stderr above)")
+        return json.loads(line)
+
+    def ask(self, **request):
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+# ---------------------------------------------------------------- our side
+
+
+def load_squad_dev(data_dir: Path, limit: int):
+    """``limit`` questions spread evenly over SQuAD v1.1 dev: (questions, contexts, gold answer lists)."""
+    with zipfile.ZipFile(data_dir / "squad" / "dev-v1.1.json.zip") as z:
+        data = json.loads(z.read("dev-v1.1.json"))
+    rows = [
+        (qa["question"], paragraph["context"], [a["text"] for a in qa["answers"]])
+        for article in data["data"]
+        for paragraph in article["paragraphs"]
+        for qa in paragraph["qas"]
+    ]
+    step = max(1, len(rows) // limit)
+    rows = rows[::step][:limit]
+    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="QA checkpoint directory (both sides)")
+    parser.add_argument("--limit", type=int, default=1000, help="SQuAD dev questions, spread evenly")
+    parser.add_argument("--blocks", type=int, default=8, help="alternating timed blocks per side")
+    parser.add_argument("--max-length", type=int, default=384)
+    parser.add_argument("--stride", type=int, default=128)
+    parser.add_argument("--max-answer-tokens", type=int, default=30)
+    parser.add_argument("--max-question-tokens", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=32, help="our windows per forward pass")
+    parser.add_argument("--max-batch-tokens", type=int, default=None, help="our cap on windows x length per pass")
+    parser.add_argument("--dtype", default="auto", help="our dtype: auto (float32 on CPU), float32, bfloat16, float16")
+    parser.add_argument("--pipeline-batch-size", type=int, default=1, help="the pipeline's batch_size (its default is 1)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads, both sides (default: all cores)")
+    parser.add_argument("--venv", default=str(DEFAULT_VENV), help="bench venv with transformers 4.57.x")
+    parser.add_argument("--data-dir", default=os.environ.get("QA_DATA_DIR") or str(ROOT.parent / "shared" / "data"))
+    parser.add_argument("--serve-pipeline", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    threads = args.threads or len(os.sched_getaffinity(0))
+    if args.serve_pipeline:
+        serve_pipeline(args.model, threads)
+        return
+
+    sys.path.insert(0, str(ROOT))
+    import numpy as np
+    import torch
+
+    from eval.answer_metrics import exact_match, f1
+    from readers.extractive import ExtractiveReader
+
+    python = Path(args.venv) / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"error: {python} not found; create the bench venv as bench/README.md says")
+    questions, contexts, golds = load_squad_dev(Path(args.data_dir), args.limit)
+    settings = dict(
+        max_length=args.max_length,
+        stride=args.stride,
+        max_answer_tokens=args.max_answer_tokens,
+        max_question_tokens=args.max_question_tokens,
+    )
+
+    pipe = PipelineProcess(python, args.model, threads)
+    if not str(pipe.hello.get("transformers", "")).startswith("4."):
+        raise SystemExit(f"error: {python} has transformers {pipe.hello.get('transformers')}; the bench venv needs 4.57.x")
+    reader = ExtractiveReader(args.model, batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, num_threads=threads, dtype=args.dtype, progress=False, **settings).load()
+    torch.set_num_threads(threads)
+
+    warm = slice(0, 8)
+    pipe.ask(questions=questions[warm], contexts=contexts[warm], batch_size=args.pipeline_batch_size, **settings)
+    reader.read_pairs(questions[warm], contexts[warm])
+
+    ours: list[str] = [""] * len(questions)
+    theirs: list[str] = [""] * len(questions)
+    seconds = {"ours": 0.0, "pipeline": 0.0}
+    bounds = np.linspace(0, len(questions), args.blocks + 1).astype(int)
+    for b, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        def run_ours():
+            started = time.perf_counter()
+            reads = reader.read_pairs(questions[lo:hi], contexts[lo:hi])
+            seconds["ours"] += time.perf_counter() - started
+            ours[lo:hi] = reads.text
+
+        def run_pipeline():
+            reply = pipe.ask(questions=questions[lo:hi], contexts=contexts[lo:hi], batch_size=args.pipeline_batch_size, **settings)
+            seconds["pipeline"] += reply["seconds"]
+            theirs[lo:hi] = reply["answers"]
+
+        for run in (run_pipeline, run_ours) if b % 2 == 0 else (run_ours, run_pipeline):
+            run()
+        print(f"block {b + 1}/{args.blocks}: {hi} questions, ours {seconds['ours']:.1f}s, pipeline {seconds['pipeline']:.1f}s", file=sys.stderr)
+    pipe.close()
+
+    def score(answers):
+        em = 100 * float(np.mean([exact_match(a, g) for a, g in zip(answers, golds)]))
+        f = 100 * float(np.mean([f1(a, g) for a, g in zip(answers, golds)]))
+        return em, f
+
+    n = len(questions)
+    (em_o, f1_o), (em_p, f1_p) = score(ours), score(theirs)
+    rate_o, rate_p = n / seconds["ours"], n / seconds["pipeline"]
+    same = float(np.mean([a.strip() == b.strip() for a, b in zip(ours, theirs)]))
+    print(
+        f"\nSQuAD v1.1 dev, gold paragraph, {n} questions; model {args.model}\n"
+        f"max_length {args.max_length}, stride {args.stride}, max answer {args.max_answer_tokens} tokens, "
+        f"max question {args.max_question_tokens} tokens, {threads} CPU threads; "
+        f"ours batch {args.batch_size} dtype {reader.dtype_}, pipeline batch {args.pipeline_batch_size} "
+        f"(transformers {pipe.hello['transformers']})\n"
+    )
+    print(f"{'':<22}{'EM':>8}{'F1':>8}{'passages/s':>12}{'seconds':>9}")
+    print(f"{'pipeline':<22}{em_p:>8.2f}{f1_p:>8.2f}{rate_p:>12.2f}{seconds['pipeline']:>9.1f}")
+    print(f"{'ExtractiveReader':<22}{em_o:>8.2f}{f1_o:>8.2f}{rate_o:>12.2f}{seconds['ours']:>9.1f}")
+    print(f"{'ours - pipeline':<22}{em_o - em_p:>+8.2f}{f1_o - f1_p:>+8.2f}{'':>12}")
+    print(f"{'ours / pipeline':<22}{'':>8}{'':>8}{rate_o / rate_p:>11.2f}x")
+    print(f"\nidentical answer strings: {100 * same:.1f}%")
+    ok_quality = abs(em_o - em_p) <= 0.3 and abs(f1_o - f1_p) <= 0.3
+    print(f"goals: EM/F1 within +-0.3: {'yes' if ok_quality else 'NO'}; passages/s >= 3x: {'yes' if rate_o >= 3 * rate_p else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()
