@@ -289,9 +289,19 @@ class ExtractiveReader:
                 f"question-answering head; pass an extractive QA checkpoint (…ForQuestionAnswering)"
             )
 
+    def _settings(self) -> tuple:
+        """The parameters a loaded model and the cache keys depend on (batching is not among them)."""
+        return (self._label, self.max_length, self.stride, self.max_answer_tokens, self.max_question_tokens, self.dtype, str(self.device))
+
+    def _model_settings(self) -> tuple:
+        return (self._label, self.dtype, str(self.device))
+
     def _identity(self) -> str:
-        """Model identity + every parameter that changes a read (the cache-key prefix)."""
-        if getattr(self, "_identity_", None) is None:
+        """Model identity + every parameter that changes a read (the cache-key prefix).
+
+        Recomputed when a parameter it depends on is changed after first use.
+        """
+        if getattr(self, "_identity_for_", None) != self._settings():
             self._check_params()
             source, revision, local = self._resolve_source()
             self._check_is_qa_checkpoint(local)
@@ -305,11 +315,12 @@ class ExtractiveReader:
                 "dtype": dtype,
             }
             self._identity_ = sha256_text("extractive-reader-v1", self._model_identity(source, revision, local), json.dumps(params, sort_keys=True))
+            self._identity_for_ = self._settings()
         return self._identity_
 
     def load(self) -> "ExtractiveReader":
-        """Load tokenizer and model (done once, on first use)."""
-        if getattr(self, "model_", None) is not None:
+        """Load tokenizer and model (once; again only if model, device or dtype were changed since)."""
+        if getattr(self, "model_", None) is not None and self._loaded_for_ == self._model_settings():
             return self
         import torch
         from transformers import AutoModelForQuestionAnswering, AutoTokenizer
@@ -341,6 +352,7 @@ class ExtractiveReader:
         self.device_ = device
         self.dtype_ = dtype
         self.context_first_ = tokenizer.padding_side == "left"  # e.g. XLNet: passage, then question
+        self._loaded_for_ = self._model_settings()
         return self
 
     # ------------------------------------------------------------------ keys
