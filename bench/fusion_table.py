@@ -126,6 +126,7 @@ def main(argv=None) -> int:
     ap.add_argument("--mrrank-depth", type=int, default=30, help="pool depth re-ranked by MrRank")
     ap.add_argument("--train-corpus-size", type=int, default=10250, help="train sample size (ReQA SQuAD dev: 10,250)")
     ap.add_argument("--mpnet-path", type=Path, default=DEFAULT_MPNET)
+    ap.add_argument("--dev-only", default="", help="members searched on dev only (no learned methods with them)")
     ap.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
     args = ap.parse_args(argv)
 
@@ -137,17 +138,20 @@ def main(argv=None) -> int:
     from retrievers.score_fusion import ScoreFusionRetriever
 
     names = [m for m in args.members.split(",") if m]
+    dev_only = {m for m in args.dev_only.split(",") if m}
     seeds = [int(s) for s in args.seeds.split(",") if s]
     dev = load_dataset("reqa_squad", "dev")
     train = load_dataset("reqa_squad", "train")
     train_corpus, train_queries = training_subset(train, None, args.train_corpus_size, seed=0)
-    print(f"dev: {len(dev.corpus)} sentences, {len(dev.queries, dev.corpus)} query inputs; train sample: "
+    print(f"dev: {len(dev.corpus)} sentences, {len(dev.queries)} query inputs; train sample: "
           f"{len(train_corpus)} sentences, {len(train_queries)} query inputs", file=sys.stderr)
 
     dev_rk, train_rk = {}, {}
     for name in names:
         make = lambda name=name: make_member(name, args.mpnet_path)  # noqa: E731
         dev_rk[name] = cached_rankings(name, make, dev.corpus, dev.queries, args.depth, "dev")
+        if name in dev_only:
+            continue
         train_rk[name] = cached_rankings(name, make, train_corpus, train_queries, args.depth, "train-sample")
 
     class Stub:  # a named placeholder member: fusers here only get precomputed rankings
@@ -179,7 +183,8 @@ def main(argv=None) -> int:
         members = [Stub(n) for n in combo]
         plus = "+".join(spec_of[n] for n in combo)
         d = [dev_rk[n] for n in combo]
-        t = [train_rk[n] for n in combo]
+        learnable = not (set(combo) & dev_only)
+        t = [train_rk[n] for n in combo] if learnable else None
         add(f"RRF {'+'.join(combo)}", f"rrf:{plus}", [reqa_metrics(RRFRetriever(members).fuse(d, k_eval), dev.queries, dev.corpus)])
         for method in ("minmax", "zscore", "sum"):
             fuser = ScoreFusionRetriever(members, method=method)
@@ -187,6 +192,8 @@ def main(argv=None) -> int:
         stat = StatisticalRouterRetriever(members)
         add(f"route-stat {'+'.join(combo)}", f"route-stat:{plus}",
             [reqa_metrics(stat.fuse(dev.queries.texts, d, k_eval), dev.queries, dev.corpus)])
+        if not learnable:
+            continue
         res = []
         for s in seeds:
             router = RouterRetriever(members, seed=s, estimator="gbdt")

@@ -233,6 +233,26 @@ def pool_features(
     return feats, names
 
 
+class _torch_threads:
+    """Run a block with ``n`` torch CPU threads (a tiny MLP is fastest on one; many threads
+    on a busy machine spin against each other), restoring the previous setting."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __enter__(self):
+        import torch
+
+        self.previous = torch.get_num_threads()
+        torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        import torch
+
+        torch.set_num_threads(self.previous)
+        return False
+
+
 def _make_mlp(n_features: int, hidden: Sequence[int], dropout: float):
     import torch.nn as nn
 
@@ -356,6 +376,10 @@ class MrRankRetriever:
         self, query_texts: Sequence[str], rankings: Sequence[Ranking], gold: Sequence[np.ndarray]
     ) -> "MrRankRetriever":
         """Train from precomputed member rankings of training queries (corpus set by ``index_features``)."""
+        with _torch_threads(1):
+            return self._fit_rankings(query_texts, rankings, gold)
+
+    def _fit_rankings(self, query_texts, rankings, gold) -> "MrRankRetriever":
         import torch
 
         pool, feats, names = self.features(query_texts, rankings)
@@ -467,7 +491,7 @@ class MrRankRetriever:
         pool, feats, _ = self.features(query_texts, rankings)
         x = (feats[pool.valid] - self.feature_mean_) / self.feature_std_
         scores = np.full(pool.ids.shape, -np.inf, dtype=np.float64)
-        with torch.no_grad():
+        with torch.no_grad(), _torch_threads(1):
             scores[pool.valid] = self.model_(torch.from_numpy(x.astype(np.float32))).squeeze(-1).numpy()
         return pool, scores
 

@@ -256,3 +256,15 @@ def test_training_subset_keeps_whole_groups_and_reindexes_gold():
     assert len(queries) == 10
     for text, g in zip(queries.texts, queries.gold):
         assert text.split()[2] in corpus.texts[int(g[0])].split()
+
+
+def test_spec_strings_build_fused_retrievers_through_the_registry():
+    from retrievers.mrrank import MrRankRetriever
+    from retrievers.registry import make_retriever
+
+    fused = make_retriever("mrrank:bm25+bm25", fusion_options={"seed": "3", "depth": "20"})
+    assert isinstance(fused, MrRankRetriever) and fused.seed == 3 and fused.depth == 20
+    assert [m.name for m in fused.members] == ["bm25", "bm25"]
+    assert isinstance(make_retriever("fuse-zscore:bm25+bm25"), ScoreFusionRetriever)
+    with pytest.raises(UserError, match="unknown option"):
+        make_retriever("rrf:bm25+bm25", fusion_options={"nope": "1"})
