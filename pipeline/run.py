@@ -87,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("run")
     g.add_argument("--out", help="output directory (default: a new directory under runs/)")
     g.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
+    g.add_argument("--threads", type=int, help="CPU threads for torch (default: the cores this process may use)")
     g.add_argument("--seed", type=int, default=13)
     g.add_argument("--read-cache", help="directory of cached reader outputs (default: <out>/reads)")
     g = p.add_argument_group("engine")
@@ -159,6 +160,7 @@ def check_args(args) -> None:
     from pipeline.engine import ENGINES
 
     for flag, value, low in (("--depth", args.depth, 1), ("--limit", args.limit, 1), ("--max-length", args.max_length, 8),
+                             ("--threads", args.threads, 1),
                              ("--reader-batch-size", args.reader_batch_size, 1), ("--encoder-token-budget", args.encoder_token_budget, 1),
                              ("--reader-token-budget", args.reader_token_budget, 1), ("--ray-actors", args.ray_actors, 1)):
         if value is not None and value < low:
@@ -198,6 +200,10 @@ def run(args, engine) -> int:
     timer = Timer()
     notes: list[str] = []
     np.random.seed(args.seed)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     out = make_out_dir(args.out, f"{args.dataset}-{args.split}-{args.retriever}" + (f"-{Path(args.reader).name}" if args.reader else ""))
     from selection import parse_selector
 
