@@ -1,0 +1,76 @@
+"""Line plots of a trade-off sweep (matplotlib, Agg backend), saved as PNG and SVG.
+
+The figures mirror Kratzwald & Feuerriegel (2018), "Adaptive Document
+Retrieval for Deep Question Answering", EMNLP, Figures 1-3: exact match,
+recall and the number of answer-bearing passages against the number n of
+passages read, one curve per corpus size; and exact match against the corpus
+size for fixed and adaptive n.  A curve may carry a confidence band
+(``low``/``high``, drawn shaded) and a seed spread (``std``, drawn as error
+bars when any is non-zero).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from data.io import atomic_path
+
+
+def curves_by_size(rows: Sequence[dict], key: str, sizes: Sequence[int], label: Callable[[int], str], with_ci: bool = False) -> list[dict]:
+    """One curve per corpus size from aggregated sweep rows (``n``, ``{key}_mean``, ``{key}_std``)."""
+    curves = []
+    for size in sizes:
+        rs = sorted((r for r in rows if r["corpus_size"] == size), key=lambda r: int(r["n"]))
+        curve = {
+            "label": label(size),
+            "x": [int(r["n"]) for r in rs],
+            "y": [float(r[f"{key}_mean"]) for r in rs],
+            "std": [float(r.get(f"{key}_std", 0.0) or 0.0) for r in rs],
+        }
+        if with_ci and key == "em":
+            curve["low"] = [float(r["em_ci_low"]) for r in rs]
+            curve["high"] = [float(r["em_ci_high"]) for r in rs]
+        curves.append(curve)
+    return curves
+
+
+def plot_curves(curves: list[dict], stem: str | Path, *, xlabel: str, ylabel: str, title: str = "", logx: bool = False) -> list[str]:
+    """Draw ``curves`` (dicts with label, x, y and optional low/high/std/dashed) into ``stem``.png and .svg."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    colors = plt.get_cmap("viridis")(np.linspace(0.05, 0.9, max(len(curves), 1)))
+    for color, c in zip(colors, curves):
+        x, y = np.asarray(c["x"], float), np.asarray(c["y"], float)
+        style = "--" if c.get("dashed") else "-"
+        marker = "o" if len(x) <= 12 else None
+        ax.plot(x, y, style, color=color, label=c["label"], marker=marker, markersize=3.5, linewidth=1.6)
+        if c.get("low") is not None and c.get("high") is not None:
+            ax.fill_between(x, np.asarray(c["low"], float), np.asarray(c["high"], float), color=color, alpha=0.18, linewidth=0)
+        std = np.asarray(c.get("std") or [], float)
+        if std.size == x.size and np.any(std > 0):
+            ax.errorbar(x, y, yerr=std, fmt="none", ecolor=color, elinewidth=0.8, capsize=2)
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7.5, frameon=False)
+    fig.tight_layout()
+    written = []
+    stem = Path(stem)
+    for ext in ("png", "svg"):
+        path = stem.with_suffix(f".{ext}")
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=ext)
+        written.append(str(path))
+    plt.close(fig)
+    return written

@@ -1,0 +1,685 @@
+"""Noise-information trade-off sweep: ``python -m pipeline.sweep``.
+
+Kratzwald & Feuerriegel (2018), "Adaptive Document Retrieval for Deep
+Question Answering", EMNLP: reading more of the ranking raises the chance
+that an answer-bearing passage is read but adds noise; which n is best
+depends on the corpus size, and adaptive selection (threshold §4.1, ordinal
+regression §4.2) is the most robust choice across sizes.
+
+For every corpus size (gold rows of the evaluated questions plus seeded
+noise, :func:`data.open_domain.corpus_levels`) and seed the sweep
+
+1. indexes that corpus and retrieves once per question at depth N;
+2. reads every (question, passage) pair of the top N once, through a
+   :class:`readers.extractive.ReadCache` shared by every size and seed (a
+   passage read for a question gives the same span whatever else is in the
+   corpus, so larger sizes and later seeds only read what is new);
+3. scores every n = 1..N from one running argmax
+   (:func:`readers.aggregate.choose_passage_every_n`): EM, F1, answer recall@n
+   (an answer string in the top n), gold recall@n (the gold paragraph in the
+   top n) and the mean number of answer-bearing passages in the top n;
+4. scores the selectors on the same reads: threshold over a θ grid, ordinal
+   regression fitted on training-split questions retrieved against a corpus of
+   the same size built the same way, and the oracle.
+
+Per (size, seed) results are written as they finish (``levels/``) and reused
+when the same command runs again.  At the end: ``results.csv`` (one row per
+size x system x seed; the fixed systems are ``top:n``), ``summary.csv`` (mean
+and std over seeds, bootstrap interval over questions), ``summary.json``
+(best n per size, regret per system, see :mod:`eval.tradeoff`), plots (PNG
+and SVG) and ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from data.errors import UserError
+from data.io import atomic_path, sha256_text, write_json
+from pipeline.cli import Timer, jsonable_config, main_guard, make_out_dir, parse_with_config, print_table, write_manifest
+
+SWEEP_VERSION = "1"
+DEFAULT_THETAS = "0.5:0.95:0.05"
+
+
+# ------------------------------------------------------------------- parsing
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipeline.sweep", description=__doc__.splitlines()[0])
+    p.add_argument("--config", help="YAML or TOML file with any of these flags")
+    g = p.add_argument_group("data")
+    g.add_argument("--dataset", default="squad_open", help="squad_open (paragraphs), reqa_squad (sentences), any dataset with answers")
+    g.add_argument("--split", default="dev")
+    g.add_argument("--data-dir", help="local data directory (default: $QA_DATA_DIR)")
+    g.add_argument("--data-file", help="explicit dataset file")
+    g.add_argument("--every", type=int, help="evaluate every K-th question (spread over all articles), before --limit")
+    g.add_argument("--limit", type=int, help="evaluate only the first N questions (the corpus keeps their gold rows)")
+    g.add_argument("--skip-bad-records", action="store_true")
+    g.add_argument("--corpus-sizes", default="x1,x2,x5,all", help="counts, noise ratios xR (R times the gold rows) or all, e.g. 2067,5000,10000,all or x1,x2,x5,x10")
+    g.add_argument("--seeds", default="1", help="number of noise samples K (seeds 1..K) or a list of seeds, e.g. 3,7")
+    g = p.add_argument_group("retrieval")
+    g.add_argument("--retriever", default="bm25", help="bm25, dense[:MODEL] or METHOD:a+b (see pipeline.run)")
+    g.add_argument("--depth", type=int, help="results retrieved per question (default: N, or max(5N, 100) when reading paragraphs of sentence hits)")
+    g.add_argument("--bm25-k1", type=float, default=0.9)
+    g.add_argument("--bm25-b", type=float, default=0.4)
+    g.add_argument("--bm25-field", default="sentence", choices=["sentence", "sentence+context", "context"])
+    g.add_argument("--encoder", help="dense encoder name or path")
+    g.add_argument("--dense-field", default="sentence", choices=["sentence", "sentence+context", "context"])
+    g.add_argument("--dense-index", default="flat", choices=["flat", "hnsw"])
+    g.add_argument("--fusion-opt", action="append", default=[], metavar="KEY=VALUE")
+    g = p.add_argument_group("reading")
+    g.add_argument("--reader", required=False, help="QA checkpoint path or alias (required)")
+    g.add_argument("--n", default="1-20", help="passages read: N or A-B; every n in 1..B is scored, rows for A..B are written")
+    g.add_argument("--read-unit", default="sentence", choices=["sentence", "paragraph"], help="what a passage is (squad_open: both are the paragraph)")
+    g.add_argument("--max-length", type=int, default=384)
+    g.add_argument("--stride", type=int, default=128)
+    g.add_argument("--max-answer-tokens", type=int, default=30)
+    g.add_argument("--reader-batch-size", type=int, default=32)
+    g.add_argument("--mu", type=float, default=1.0, help="BERTserini interpolation: (1-mu)*retriever + mu*reader")
+    g.add_argument("--read-cache", help="directory of cached reads (default: <out>/reads)")
+    g = p.add_argument_group("selectors")
+    g.add_argument("--thetas", default=DEFAULT_THETAS, help="threshold θ grid: START:STOP:STEP or a list (default 0.5:0.95:0.05)")
+    g.add_argument("--tau", type=int, help="τ of threshold and ordinal (default min(25, N))")
+    g.add_argument("--no-ordinal", action="store_true", help="skip the ordinal selector (no training retrieval)")
+    g.add_argument("--train-split", default="train", help="split the ordinal selector is fitted on")
+    g.add_argument("--train-limit", type=int, default=2000, help="training questions (whole articles, seeded)")
+    g.add_argument("--train-seed", type=int, default=13, help="seed of the training-question sample")
+    g = p.add_argument_group("statistics and output")
+    g.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates over questions")
+    g.add_argument("--bootstrap-seed", type=int, default=0)
+    g.add_argument("--weighting", default="trapezoid", choices=["trapezoid", "uniform"], help="regret weights over corpus sizes")
+    g.add_argument("--no-plots", action="store_true")
+    g.add_argument("--out", help="output directory (default: a new directory under runs/)")
+    g.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
+    return p
+
+
+def parse_n(spec) -> tuple[int, int]:
+    """``"20"`` -> (1, 20); ``"1-50"`` -> (1, 50); ``"5-20"`` -> (5, 20)."""
+    text = str(spec).strip()
+    lo, sep, hi = text.partition("-")
+    try:
+        low, high = (int(lo), int(hi)) if sep else (1, int(lo))
+    except ValueError:
+        raise UserError(f"--n {spec!r}: expected N or A-B (e.g. 1-50)") from None
+    if not 1 <= low <= high:
+        raise UserError(f"--n {spec!r}: need 1 <= A <= B")
+    return low, high
+
+
+def parse_seeds(spec) -> list[int]:
+    """``"5"`` -> [1..5]; ``"3,7"`` -> [3, 7]."""
+    text = str(spec).strip()
+    try:
+        if "," in text:
+            seeds = [int(x) for x in text.split(",") if x.strip()]
+        else:
+            k = int(text)
+            if k < 1:
+                raise ValueError
+            seeds = list(range(1, k + 1))
+    except ValueError:
+        raise UserError(f"--seeds {spec!r}: expected a count K >= 1 or a list like 3,7") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise UserError(f"--seeds {spec!r}: seeds must be distinct")
+    return seeds
+
+
+def parse_thetas(spec) -> list[float]:
+    """``"0.5:0.95:0.05"`` (inclusive) or ``"0.6,0.8"``; each θ in (0, 1]."""
+    text = str(spec).strip()
+    try:
+        if ":" in text:
+            start, stop, step = (float(x) for x in text.split(":"))
+            if step <= 0:
+                raise ValueError
+            count = int(np.floor((stop - start) / step + 1e-9)) + 1
+            thetas = [round(start + i * step, 10) for i in range(max(count, 0))]
+        else:
+            thetas = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--thetas {spec!r}: expected START:STOP:STEP or a list of numbers") from None
+    if not thetas or any(not 0 < t <= 1 for t in thetas):
+        raise UserError(f"--thetas {spec!r}: every θ must lie in (0, 1]")
+    return sorted(set(thetas))
+
+
+def every_kth_question(dataset, k: int | None):
+    """Keep the query inputs of questions 0, k, 2k, ... (in dataset order); the corpus stays whole."""
+    if not k or k == 1:
+        return dataset
+    if k < 1:
+        raise UserError(f"--every must be >= 1 (got {k})")
+    order: dict[str, int] = {}
+    for qid in dataset.queries.question_ids:
+        order.setdefault(qid, len(order))
+    keep = [i for i, qid in enumerate(dataset.queries.question_ids) if order[qid] % k == 0]
+    dataset.queries = dataset.queries.subset(keep)
+    return dataset
+
+
+# ------------------------------------------------------------------ scoring
+@dataclass
+class LevelResult:
+    """Everything one (corpus size, seed) gives, per question (``[Q, ...]`` arrays)."""
+
+    em: np.ndarray  # [Q, N]: EM when reading the top n (column n-1)
+    f1: np.ndarray  # [Q, N]
+    bearing: np.ndarray  # bool [Q, N]: passage j holds an answer string
+    gold_hit: np.ndarray  # bool [Q, N]: passage j is a gold passage
+    systems: list[str]  # selector specs
+    sys_n: np.ndarray  # int [Q, M]: n each selector read
+    info: dict = field(default_factory=dict)
+
+    @property
+    def sys_em(self) -> np.ndarray:
+        return np.take_along_axis(self.em, self.sys_n - 1, axis=1)
+
+    @property
+    def sys_f1(self) -> np.ndarray:
+        return np.take_along_axis(self.f1, self.sys_n - 1, axis=1)
+
+
+def score_every_n(reads, passages, golds, language: str = "en", mu: float = 1.0):
+    """EM and F1 ``[Q, N]`` of the answer read from the top n, for every n at once, and the chosen column.
+
+    One running argmax gives the chosen passage per n; each passage's answer is
+    scored once, however many n choose it.
+    """
+    from eval.answer_metrics import exact_match, f1
+    from pipeline import stages
+
+    chosen = stages.answers_every_n(reads, passages, mu=mu)
+    q_count, width = chosen.shape
+    em = np.full((q_count, width), np.nan, dtype=np.float32)
+    f = np.full((q_count, width), np.nan, dtype=np.float32)
+    for q in range(q_count):
+        gold = [g for g in golds[q] if isinstance(g, str)]
+        if not gold or width == 0:
+            continue
+        cols, inverse = np.unique(chosen[q], return_inverse=True)
+        e = np.array([exact_match(reads.texts[q][c], gold, language) for c in cols], dtype=np.float32)
+        s = np.array([f1(reads.texts[q][c], gold, language) for c in cols], dtype=np.float32)
+        em[q], f[q] = e[inverse], s[inverse]
+    return em, f, chosen
+
+
+def gold_hits(passages, queries, corpus) -> np.ndarray:
+    """``[Q, N]`` bool: passage j of query q is one of its gold rows (or gold paragraphs)."""
+    out = np.zeros(passages.keys.shape, dtype=bool)
+    use_paragraphs = passages.unit == "paragraph" and bool(corpus.paragraph_texts)
+    for q, g in enumerate(queries.gold):
+        g = np.asarray(g, dtype=np.int64)
+        if g.size == 0:
+            continue
+        targets = np.unique(corpus.paragraph_ids[g]) if use_paragraphs else g
+        out[q] = np.isin(passages.keys[q], targets) & (passages.keys[q] >= 0)
+    return out
+
+
+def selector_systems(thetas: list[float], tau: int, ordinal) -> list:
+    """The selectors scored at every level: threshold per θ, ordinal (fitted), oracle."""
+    from selection import Oracle, Threshold
+
+    systems = [Threshold(theta, tau) for theta in thetas]
+    if ordinal is not None:
+        systems.append(ordinal)
+    systems.append(Oracle())
+    return systems
+
+
+def evaluate_level(
+    level, ranking, reader, cache, n_max: int, selectors: list, unit: str = "sentence", mu: float = 1.0
+) -> LevelResult:
+    """Read the top ``n_max`` once and score every n and every selector on those reads."""
+    from pipeline import stages
+
+    queries, corpus = level.queries, level.corpus
+    rows = stages.unique_question_rows(queries)
+    qs, rk = queries.subset(rows), ranking.subset(rows)
+    passages = stages.passages_for(rk, corpus, n_max, unit)
+    bearing = stages.answer_bearing(passages, qs.answers, queries.language)
+    hits = gold_hits(passages, qs, corpus)
+    t0 = time.perf_counter()
+    reads = stages.read_top(reader, qs.texts, passages, cache=cache)
+    t_read = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    em, f1, _ = score_every_n(reads, passages, qs.answers, queries.language, mu)
+    first_rel = stages.first_true(bearing, none=n_max)
+    real = np.maximum((passages.keys >= 0).sum(axis=1), 1)
+    sys_n = np.zeros((len(rows), len(selectors)), dtype=np.int64)
+    for m, sel in enumerate(selectors):
+        n = sel.predict(passages.retriever_scores, first_relevant_rank=first_rel)
+        sys_n[:, m] = np.clip(np.minimum(n, real), 1, n_max)
+    t_score = time.perf_counter() - t0
+    info = {
+        "questions": len(rows),
+        "reads_done": int(reads.n_read),
+        "reads_reused": int(reads.n_reused),
+        "pairs": int(sum(len(t) for t in passages.texts)),
+        "read_s": round(t_read, 3),
+        "score_s": round(t_score, 3),
+    }
+    return LevelResult(em, f1, bearing, hits, [s.spec for s in selectors], sys_n, info)
+
+
+def fit_ordinal(train_level, retriever, tau: int, unit: str, depth: int):
+    """Ordinal regression (paper §4.2) fitted on training questions retrieved against ``train_level``."""
+    from pipeline import stages
+    from selection import Ordinal
+
+    ranking = stages.retrieve(retriever, train_level, depth)
+    rows = stages.unique_question_rows(train_level.queries)
+    qs = train_level.queries.subset(rows)
+    passages = stages.passages_for(ranking.subset(rows), train_level.corpus, tau, unit)
+    bearing = stages.answer_bearing(passages, qs.answers, qs.language)
+    selector = Ordinal(tau)
+    selector.fit(passages.retriever_scores, stages.first_true(bearing, none=tau))
+    return selector
+
+
+def sweep_retriever_options(args) -> dict:
+    """Constructor options of the retrievers (see ``retrievers.registry.make_retriever``)."""
+    dense = {"field": args.dense_field, "index_type": args.dense_index, "device": args.device}
+    if args.encoder:
+        dense["model"] = args.encoder
+    fusion = {}
+    for item in args.fusion_opt or []:
+        if "=" not in item:
+            raise UserError(f"--fusion-opt {item!r}: expected KEY=VALUE")
+        k, v = item.split("=", 1)
+        fusion[k.strip()] = v.strip()
+    return {"bm25": {"k1": args.bm25_k1, "b": args.bm25_b, "field": args.bm25_field}, "dense": dense, "fusion": fusion}
+
+
+def make_reader(args):
+    from readers.extractive import ExtractiveReader
+
+    return ExtractiveReader(
+        model=args.reader,
+        max_length=args.max_length,
+        stride=args.stride,
+        max_answer_tokens=args.max_answer_tokens,
+        batch_size=args.reader_batch_size,
+        device=args.device,
+    )
+
+
+# --------------------------------------------------------------- level files
+def _level_paths(out: Path, size: int, seed: int) -> tuple[Path, Path]:
+    stem = out / "levels" / f"size{size}-seed{seed}"
+    return stem.with_suffix(".npz"), stem.with_suffix(".json")
+
+
+def save_level(out: Path, size: int, seed: int, result: LevelResult, meta: dict) -> None:
+    npz, js = _level_paths(out, size, seed)
+    with atomic_path(npz) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, em=result.em, f1=result.f1, bearing=result.bearing, gold_hit=result.gold_hit, sys_n=result.sys_n)
+    write_json(js, {**meta, "systems": result.systems, "info": result.info})
+
+
+def load_level(out: Path, size: int, seed: int, fingerprint: str) -> LevelResult | None:
+    """The saved result of a level if it was made by the same configuration, else None."""
+    npz, js = _level_paths(out, size, seed)
+    if not (npz.is_file() and js.is_file()):
+        return None
+    try:
+        meta = json.loads(js.read_text(encoding="utf-8"))
+        if meta.get("fingerprint") != fingerprint:
+            return None
+        with np.load(npz, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in ("em", "f1", "bearing", "gold_hit", "sys_n")}
+    except (OSError, ValueError, KeyError):
+        return None
+    info = dict(meta.get("info", {}))
+    info["resumed"] = True
+    return LevelResult(arrays["em"], arrays["f1"], arrays["bearing"], arrays["gold_hit"], list(meta["systems"]), arrays["sys_n"], info)
+
+
+# ----------------------------------------------------------------- the sweep
+@dataclass
+class SweepPlan:
+    dataset: object
+    sizes: list[int]
+    seeds: list[int]
+    n_gold: int
+    n_pool: int
+    n_min: int
+    n_max: int
+    depth: int
+    tau: int
+    thetas: list[float]
+
+
+def plan_sweep(args, dataset) -> SweepPlan:
+    from data.open_domain import gold_rows, parse_corpus_sizes
+
+    n_min, n_max = parse_n(args.n)
+    seeds = parse_seeds(args.seeds)
+    thetas = parse_thetas(args.thetas)
+    n_gold = int(gold_rows(dataset.queries).size)
+    n_pool = len(dataset.corpus)
+    sizes = parse_corpus_sizes(args.corpus_sizes, n_gold, n_pool)
+    tau = int(args.tau) if args.tau else min(25, n_max)
+    if not 1 <= tau <= n_max:
+        raise UserError(f"--tau {args.tau}: must lie in 1..N={n_max} (the passages read)")
+    reads_paragraphs_of_sentences = args.read_unit == "paragraph" and dataset.level == "sentence"
+    depth = args.depth or (max(5 * n_max, 100) if reads_paragraphs_of_sentences else n_max)
+    if depth < n_max:
+        raise UserError(f"--depth {depth}: must be >= N={n_max}")
+    return SweepPlan(dataset, sizes, seeds, n_gold, n_pool, n_min, n_max, depth, tau, thetas)
+
+
+def level_fingerprint(args, plan: SweepPlan, rows: np.ndarray, reader_identity: str, seed: int) -> str:
+    q = plan.dataset.queries
+    parts = {
+        "version": SWEEP_VERSION,
+        "dataset": [plan.dataset.name, plan.dataset.split, sorted(plan.dataset.sources.items())],
+        "questions": sha256_text(q.ids, q.texts),
+        "rows": sha256_text(rows.tolist()),
+        "seed": seed,
+        "retriever": [args.retriever, args.bm25_k1, args.bm25_b, args.bm25_field, args.encoder, args.dense_field, args.dense_index, sorted(args.fusion_opt)],
+        "reading": [reader_identity, args.read_unit, args.mu, plan.n_max, plan.depth, args.reader_batch_size],
+        "selectors": [plan.thetas, plan.tau, not args.no_ordinal, args.train_split, args.train_limit, args.train_seed],
+    }
+    return sha256_text(json.dumps(parts, sort_keys=True, default=str))
+
+
+def run_sweep(args, out: Path, timer: Timer) -> dict:
+    from tqdm.auto import tqdm
+
+    from data.open_domain import corpus_levels, gold_rows, restrict_corpus, sample_training_questions
+    from data.registry import load_dataset
+    from pipeline import stages
+    from pipeline.run import language_options, limit_queries
+    from readers.extractive import ReadCache
+    from retrievers.fusion import needs_fit
+
+    if not args.reader:
+        raise UserError("--reader is required (a QA checkpoint path or alias)")
+    with timer("load_data"):
+        dataset = load_dataset(args.dataset, args.split, data_dir=args.data_dir, data_file=args.data_file, skip_bad_records=args.skip_bad_records)
+        dataset = limit_queries(every_kth_question(dataset, args.every), args.limit)
+    if not dataset.queries.has_answers:
+        raise UserError(f"dataset {dataset.name!r} has no answer strings: a reading sweep needs answers")
+    plan = plan_sweep(args, dataset)
+    options = language_options(dataset, sweep_retriever_options(args))
+    make_retriever = lambda: stages.build_retriever(args.retriever, options)  # noqa: E731
+    reader = make_reader(args)
+    reader_identity = reader._identity()
+    cache = ReadCache(Path(args.read_cache) if args.read_cache else out / "reads")
+
+    train = train_sample = None
+    fit_train = needs_fit(make_retriever())
+    if not args.no_ordinal or fit_train:
+        with timer("load_train"):
+            train = load_dataset(args.dataset, args.train_split, data_dir=args.data_dir, skip_bad_records=args.skip_bad_records)
+        train_sample = sample_training_questions(train, args.train_limit, args.train_seed)
+    levels: dict[tuple[int, int], LevelResult] = {}
+    jobs = [(size, seed) for seed in plan.seeds for size in plan.sizes]
+    bar = tqdm(jobs, desc="sweep levels", unit="level")
+    for size, seed in bar:
+        bar.set_postfix(size=size, seed=seed)
+        rows = corpus_levels(plan.n_pool, gold_rows(dataset.queries), [size], seed)[0]
+        fingerprint = level_fingerprint(args, plan, rows, reader_identity, seed)
+        done = load_level(out, size, seed, fingerprint)
+        if done is not None:
+            levels[(size, seed)] = done
+            continue
+        level = restrict_corpus(dataset, rows)
+        t0 = time.perf_counter()
+        retriever = make_retriever()
+        with timer("retrieve"):
+            ranking = stages.retrieve(retriever, level, plan.depth, train=train if fit_train else None)
+        t_retrieve = time.perf_counter() - t0
+        ordinal, train_info = None, {}
+        if not args.no_ordinal:
+            t0 = time.perf_counter()
+            with timer("fit_ordinal"):
+                t_gold = gold_rows(train_sample.queries)
+                t_size = min(max(size, t_gold.size), len(train_sample.corpus))
+                t_rows = corpus_levels(len(train_sample.corpus), t_gold, [t_size], seed)[0]
+                ordinal = fit_ordinal(restrict_corpus(train_sample, t_rows), make_retriever(), plan.tau, args.read_unit, plan.depth)
+            train_info = {"train_questions": len(train_sample.queries), "train_corpus_size": int(t_size), "fit_s": round(time.perf_counter() - t0, 3), "ordinal": ordinal.to_dict()}
+        selectors = selector_systems(plan.thetas, plan.tau, ordinal)
+        with timer("read_and_score"):
+            result = evaluate_level(level, ranking, reader, cache, plan.n_max, selectors, args.read_unit, args.mu)
+        result.info.update({"corpus_size": int(size), "n_gold": plan.n_gold, "retrieve_s": round(t_retrieve, 3), **train_info})
+        meta = {"fingerprint": fingerprint, "size": int(size), "seed": int(seed), "n_gold": plan.n_gold, "n_max": plan.n_max}
+        save_level(out, size, seed, result, meta)
+        levels[(size, seed)] = result
+        tqdm.write(f"size {size} seed {seed}: EM@1 {np.nanmean(result.em[:, 0]) * 100:.2f}  reads done {result.info['reads_done']} reused {result.info['reads_reused']}")
+    return {"plan": plan, "levels": levels, "train": train}
+
+
+# --------------------------------------------------------------- aggregation
+def _pct(x) -> float:
+    return float(np.nanmean(x) * 100.0)
+
+
+def system_names(plan: SweepPlan, selectors: list[str]) -> list[str]:
+    return [f"top:{n}" for n in range(1, plan.n_max + 1)] + list(selectors)
+
+
+def system_table(result: LevelResult, metric: str = "em") -> np.ndarray:
+    """Per-question score ``[Q, M]`` of every system (top:1..N, then the selectors)."""
+    base = result.em if metric == "em" else result.f1
+    sel = result.sys_em if metric == "em" else result.sys_f1
+    return np.concatenate([base, sel], axis=1).astype(np.float64)
+
+
+def system_n(result: LevelResult) -> np.ndarray:
+    q, width = result.em.shape
+    return np.concatenate([np.broadcast_to(np.arange(1, width + 1), (q, width)), result.sys_n], axis=1)
+
+
+def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weighting: str) -> dict:
+    """Tidy rows, seed aggregates, regret and best n from the per-level results."""
+    from eval.tradeoff import bootstrap_means, bootstrap_weights, percentile_interval, regret
+
+    first = levels[(plan.sizes[0], plan.seeds[0])]
+    names = system_names(plan, first.systems)
+    m_count = len(names)
+    q_count = first.em.shape[0]
+    weights = bootstrap_weights(q_count, n_boot, boot_seed)
+    family = lambda name: name.split(":")[0]  # noqa: E731
+    rows, agg_rows = [], []
+    per_seed_em = np.zeros((len(plan.seeds), len(plan.sizes), m_count))
+    boot_em = np.zeros((n_boot, len(plan.sizes), m_count))
+    curves: dict[str, dict] = {}
+    for k, size in enumerate(plan.sizes):
+        seed_tables = []
+        seed_metrics = []
+        for s, seed in enumerate(plan.seeds):
+            r = levels[(size, seed)]
+            em_t, f1_t, n_t = system_table(r, "em"), system_table(r, "f1"), system_n(r)
+            seed_tables.append(em_t)
+            width = r.em.shape[1]
+            ans_rec = np.concatenate([np.logical_or.accumulate(r.bearing, axis=1), np.take_along_axis(np.logical_or.accumulate(r.bearing, axis=1), r.sys_n - 1, axis=1)], axis=1)
+            gold_rec = np.concatenate([np.logical_or.accumulate(r.gold_hit, axis=1), np.take_along_axis(np.logical_or.accumulate(r.gold_hit, axis=1), r.sys_n - 1, axis=1)], axis=1)
+            bear_cnt = np.cumsum(r.bearing, axis=1)
+            bear_all = np.concatenate([bear_cnt, np.take_along_axis(bear_cnt, r.sys_n - 1, axis=1)], axis=1)
+            lo, hi = percentile_interval(bootstrap_means(em_t, weights))
+            metrics = {
+                "em": np.nanmean(em_t, axis=0) * 100,
+                "f1": np.nanmean(f1_t, axis=0) * 100,
+                "mean_n": n_t.mean(axis=0),
+                "answer_recall": ans_rec.mean(axis=0),
+                "gold_recall": gold_rec.mean(axis=0),
+                "answer_bearing": bear_all.mean(axis=0),
+                "em_ci_low": lo * 100,
+                "em_ci_high": hi * 100,
+            }
+            seed_metrics.append(metrics)
+            per_seed_em[s, k] = metrics["em"]
+            for m, name in enumerate(names):
+                rows.append({
+                    "dataset": plan.dataset.name, "split": plan.dataset.split, "corpus_size": size,
+                    "noise_ratio": round(size / plan.n_gold, 4), "seed": seed, "system": name, "family": family(name),
+                    "n": m + 1 if m < width else "", "questions": q_count,
+                    **{key: round(float(v[m]), 6) for key, v in metrics.items()},
+                    "reads_done": r.info.get("reads_done", 0), "reads_reused": r.info.get("reads_reused", 0),
+                })
+        mean_table = np.mean(seed_tables, axis=0)  # [Q, M] per-question EM averaged over seeds
+        boot_em[:, k] = bootstrap_means(mean_table, weights) * 100
+        lo, hi = percentile_interval(boot_em[:, k])
+        for m, name in enumerate(names):
+            entry = {
+                "dataset": plan.dataset.name, "split": plan.dataset.split, "corpus_size": size,
+                "noise_ratio": round(size / plan.n_gold, 4), "system": name, "family": family(name),
+                "n": m + 1 if m < plan.n_max else "", "seeds": len(plan.seeds), "questions": q_count,
+            }
+            for key in ("em", "f1", "mean_n", "answer_recall", "gold_recall", "answer_bearing"):
+                vals = np.array([sm[key][m] for sm in seed_metrics])
+                entry[f"{key}_mean"] = round(float(vals.mean()), 6)
+                entry[f"{key}_std"] = round(float(vals.std(ddof=1)) if len(vals) > 1 else 0.0, 6)
+            entry["em_ci_low"] = round(float(lo[m]), 6)
+            entry["em_ci_high"] = round(float(hi[m]), 6)
+            agg_rows.append(entry)
+            curves.setdefault(name, {"family": family(name)})
+    reference = np.array([family(n) != "oracle" for n in names])
+    reg_seed = regret(per_seed_em, plan.sizes, reference, weighting)  # [S, M]
+    reg_boot = regret(boot_em, plan.sizes, reference, weighting)  # [B, M]
+    reg_lo, reg_hi = percentile_interval(reg_boot)
+    reg_uniform = regret(per_seed_em, plan.sizes, reference, "uniform").mean(axis=0)
+    regrets = {
+        name: {
+            "mean": round(float(reg_seed[:, m].mean()), 4),
+            "std": round(float(reg_seed[:, m].std(ddof=1)) if len(plan.seeds) > 1 else 0.0, 4),
+            "ci95": [round(float(reg_lo[m]), 4), round(float(reg_hi[m]), 4)],
+            "uniform_mean": round(float(reg_uniform[m]), 4),
+        }
+        for m, name in enumerate(names)
+    }
+
+    def best_of(fam: str):
+        cands = [(regrets[n]["mean"], n) for n in names if family(n) == fam]
+        return None if not cands else {"system": min(cands)[1], "regret": min(cands)[0]}
+
+    mean_em = per_seed_em.mean(axis=0)  # [K, M]
+    best_n = {}
+    for k, size in enumerate(plan.sizes):
+        top = mean_em[k, : plan.n_max]
+        best_n[str(size)] = {
+            "n": int(np.argmax(top)) + 1, "em": round(float(top.max()), 4),
+            "per_seed": [int(np.argmax(per_seed_em[s, k, : plan.n_max])) + 1 for s in range(len(plan.seeds))],
+            "best_system": names[int(np.argmax(np.where(reference, mean_em[k], -np.inf)))],
+        }
+    summary = {
+        "dataset": plan.dataset.name, "split": plan.dataset.split, "questions": q_count,
+        "corpus_sizes": plan.sizes, "noise_ratios": [round(s / plan.n_gold, 4) for s in plan.sizes],
+        "gold_rows": plan.n_gold, "pool_rows": plan.n_pool, "seeds": plan.seeds, "n_max": plan.n_max, "tau": plan.tau,
+        "thetas": plan.thetas, "best_n": best_n,
+        "regret": {
+            "weighting": weighting,
+            "definition": "per size: best EM among non-oracle systems minus the system's EM (EM in %); "
+                          + ("trapezoid weights over corpus size, normalized by the size range" if weighting == "trapezoid" else "plain mean over sizes"),
+            "best_fixed": best_of("top"), "best_threshold": best_of("threshold"), "ordinal": best_of("ordinal"), "oracle": best_of("oracle"),
+            "systems": regrets,
+        },
+        "em_by_size": {name: [round(float(v), 4) for v in mean_em[:, m]] for m, name in enumerate(names)},
+        "reads": {
+            "done": int(sum(r.info.get("reads_done", 0) for r in levels.values())),
+            "reused": int(sum(r.info.get("reads_reused", 0) for r in levels.values())),
+        },
+        "bootstrap": {"replicates": n_boot, "seed": boot_seed, "interval": "95% percentile, questions resampled, paired across sizes"},
+    }
+    return {"rows": rows, "agg_rows": agg_rows, "summary": summary, "names": names}
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    if not rows:
+        return
+    fields = list(rows[0].keys())
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows(rows)
+
+
+def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict) -> list[str]:
+    from eval.plots import curves_by_size, plot_curves
+
+    written = []
+    per_n = [r for r in agg_rows if r["family"] == "top" and plan.n_min <= int(r["n"]) <= plan.n_max]
+    label = lambda size: f"{size:,} ({size / plan.n_gold:.1f}x gold)"  # noqa: E731
+    for key, ylabel, stem in (
+        ("em", "exact match (%)", "em_vs_n"),
+        ("answer_recall", "answer recall@n", "recall_vs_n"),
+        ("answer_bearing", "answer-bearing passages in top n", "answer_bearing_vs_n"),
+    ):
+        curves = curves_by_size(per_n, key, plan.sizes, label, with_ci=key == "em")
+        written += plot_curves(curves, out / stem, xlabel="n (passages read)", ylabel=ylabel,
+                               title=f"{plan.dataset.name} {plan.dataset.split}: {ylabel} vs n")
+    reg = summary["regret"]
+    picks = [f"top:{n}" for n in (1, 5, 10) if n <= plan.n_max]
+    for key in ("best_threshold", "ordinal", "oracle"):
+        if reg.get(key):
+            picks.append(reg[key]["system"])
+    curves = []
+    for name in picks:
+        rs = sorted((r for r in agg_rows if r["system"] == name), key=lambda r: r["corpus_size"])
+        x = [r["corpus_size"] for r in rs]
+        nice = name if not name.startswith(("threshold", "ordinal")) else f"{name} (adaptive)"
+        curves.append({
+            "label": f"{nice}, regret {reg['systems'][name]['mean']:.2f}", "x": x,
+            "y": [r["em_mean"] for r in rs], "low": [r["em_ci_low"] for r in rs], "high": [r["em_ci_high"] for r in rs],
+            "std": [r["em_std"] for r in rs], "dashed": name == "oracle",
+        })
+    written += plot_curves(curves, out / "em_vs_corpus_size", xlabel="corpus size (paragraphs)" if plan.dataset.level == "paragraph" else "corpus size (candidates)",
+                           ylabel="exact match (%)", title=f"{plan.dataset.name} {plan.dataset.split}: EM vs corpus size")
+    return written
+
+
+def _print_summary(summary: dict, out: Path) -> None:
+    rows = []
+    for size, b in summary["best_n"].items():
+        rows.append((f"size {size}: best n", f"{b['n']} (EM {b['em']:.2f}; best system {b['best_system']})"))
+    reg = summary["regret"]
+    for key in ("best_fixed", "best_threshold", "ordinal", "oracle"):
+        if reg.get(key):
+            rows.append((f"regret {key}", f"{reg[key]['regret']:.3f}  ({reg[key]['system']})"))
+    rows.append(("reads done / reused", f"{summary['reads']['done']} / {summary['reads']['reused']}"))
+    print_table(rows, title=f"{summary['dataset']} {summary['split']} sweep ({summary['questions']} questions) -> {out}")
+
+
+@main_guard
+def main(argv: list[str] | None = None) -> int:
+    args = parse_with_config(build_parser(), argv)
+    parse_n(args.n), parse_seeds(args.seeds), parse_thetas(args.thetas)  # bad flags fail before any work
+    if args.bootstrap < 1:
+        raise UserError(f"--bootstrap {args.bootstrap}: must be >= 1")
+    timer = Timer()
+    out = make_out_dir(args.out, f"sweep-{args.dataset}-{args.split}-{args.retriever}")
+    with timer("sweep"):
+        state = run_sweep(args, out, timer)
+    plan, levels = state["plan"], state["levels"]
+    with timer("aggregate"):
+        agg = aggregate(plan, levels, args.bootstrap, args.bootstrap_seed, args.weighting)
+    write_csv(out / "results.csv", agg["rows"])
+    write_csv(out / "summary.csv", agg["agg_rows"])
+    summary = agg["summary"]
+    if not args.no_plots:
+        with timer("plots"):
+            summary["plots"] = make_plots(out, plan, agg["agg_rows"], summary)
+    write_json(out / "summary.json", summary)
+    sources = dict(plan.dataset.sources)
+    if state["train"] is not None:
+        sources.update({f"train:{k}": v for k, v in state["train"].sources.items()})
+    write_manifest(out, command="pipeline.sweep", config=jsonable_config(args), seed=plan.seeds, sources=sources,
+                   timings=timer.timings, extra={"levels": {f"{s}/{d}": r.info for (s, d), r in levels.items()}})
+    _print_summary(summary, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""Trade-off sweep: scores from one read equal separate reads, regret by hand, the CLI end to end.
+
+Real SQuAD dev questions over a small squad_open corpus level, real Pyserini
+BM25 and the real MiniLM SQuAD reader (/work/shared/models).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from data.errors import UserError
+from eval.tradeoff import bootstrap_means, bootstrap_weights, gaps, percentile_interval, regret, size_weights
+from tests.conftest import READER, ROOT
+
+
+# ------------------------------------------------------------------ regret
+def test_regret_on_a_hand_computed_table():
+    sizes = [1000, 2000, 4000]
+    # columns: A, B, oracle (left out of the reference)
+    table = np.array([[50.0, 48.0, 60.0], [40.0, 41.0, 55.0], [30.0, 34.0, 50.0]])
+    reference = np.array([True, True, False])
+    # best of A, B per size: 50, 41, 34 -> gaps A: 0, 1, 4 and B: 2, 0, 0
+    # trapezoid weights 500, 1500, 1000 over the range 3000 (area between the curves / range):
+    # A: (0*500 + 1*1500 + 4*1000) / 3000 = 5500/3000; B: 2*500/3000
+    got = regret(table, sizes, reference)
+    assert got[0] == pytest.approx(5500 / 3000) and got[1] == pytest.approx(1000 / 3000)
+    assert got[2] == pytest.approx((-10 * 500 - 14 * 1500 - 16 * 1000) / 3000)
+    uniform = regret(table, sizes, reference, weighting="uniform")
+    assert uniform[:2] == pytest.approx([5 / 3, 2 / 3])
+    assert size_weights(sizes) == pytest.approx([1 / 6, 1 / 2, 1 / 3])
+    assert regret(table[:1], sizes[:1], reference)[:2] == pytest.approx([0.0, 2.0])  # one size: its gap
+
+
+def test_regret_errors():
+    with pytest.raises(UserError, match="increasing"):
+        size_weights([2000, 1000])
+    with pytest.raises(UserError, match="sizes"):
+        regret(np.zeros((2, 3)), [1, 2, 3])
+    with pytest.raises(UserError, match="reference"):
+        gaps(np.zeros((2, 3)), reference=[False, False, False])
+
+
+@settings(max_examples=50, deadline=None)
+@given(table=arrays(np.float64, st.tuples(st.integers(1, 6), st.integers(1, 5)), elements=st.floats(0, 100)))
+def test_regret_is_zero_for_a_system_best_everywhere_and_nonnegative(table):
+    sizes = np.cumsum(np.arange(1, table.shape[0] + 1)) * 100.0
+    r = regret(table, sizes)
+    assert np.all(r >= -1e-9)
+    dominant = np.vstack([table.T, table.max(axis=1) + 1.0]).T
+    assert regret(dominant, sizes)[-1] == pytest.approx(0.0, abs=1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(x=arrays(np.float64, st.integers(2, 50), elements=st.floats(0, 1)), seed=st.integers(0, 1000))
+def test_bootstrap_replicates_are_weighted_means(x, seed):
+    w = bootstrap_weights(len(x), 200, seed)
+    assert np.allclose(w.sum(axis=1), 1.0, atol=1e-5)
+    reps = bootstrap_means(x, w)
+    assert reps.shape == (200,)
+    assert np.all(reps >= x.min() - 1e-6) and np.all(reps <= x.max() + 1e-6)
+    lo, hi = percentile_interval(reps)
+    assert lo <= hi
+    assert np.array_equal(w, bootstrap_weights(len(x), 200, seed))
+
+
+# -------------------------------------------------- one read == separate reads
+@pytest.fixture(scope="module")
+def small_level():
+    """12 dev questions (every 500th) over a 400-paragraph squad_open level, BM25 top 4."""
+    from data.open_domain import corpus_levels, gold_rows, restrict_corpus
+    from data.registry import load_dataset
+    from pipeline import stages
+    from pipeline.sweep import every_kth_question
+
+    ds = every_kth_question(load_dataset("squad_open", "dev"), 500)
+    ds.queries = ds.queries.subset(range(12))
+    rows = corpus_levels(len(ds.corpus), gold_rows(ds.queries), [400], seed=1)[0]
+    level = restrict_corpus(ds, rows)
+    ranking = stages.retrieve(stages.build_retriever("bm25", {}), level, 4)
+    return level, ranking
+
+
+def test_every_n_equals_reading_the_top_n_separately(small_level, tmp_path):
+    from eval.answer_metrics import exact_match, f1
+    from pipeline import stages
+    from pipeline.sweep import evaluate_level, selector_systems
+    from readers.extractive import ExtractiveReader, ReadCache
+
+    level, ranking = small_level
+    reader = ExtractiveReader(str(READER), progress=False)
+    selectors = selector_systems([0.6, 0.9], 4, None)
+    result = evaluate_level(level, ranking, reader, ReadCache(tmp_path / "reads"), 4, selectors)
+    q = level.queries
+    assert result.em.shape == (12, 4) and result.info["reads_done"] + result.info["reads_reused"] <= 48
+    for n in (1, 2, 4):
+        passages = stages.passages_for(ranking, level.corpus, n)
+        reads = stages.read_top(reader, q.texts, passages)  # no cache: read again
+        answers, _ = stages.answers_for_n(reads, passages, np.full(len(q), n))
+        em = [exact_match(a, g) for a, g in zip(answers, q.answers)]
+        f = [f1(a, g) for a, g in zip(answers, q.answers)]
+        assert result.em[:, n - 1].tolist() == em
+        assert np.allclose(result.f1[:, n - 1], f, atol=1e-6)
+    # a selector's score is the answer of reading its own n (per question) from the top-4 reads
+    passages = stages.passages_for(ranking, level.corpus, 4)
+    reads = stages.read_top(reader, q.texts, passages, cache=ReadCache(tmp_path / "reads"))
+    assert reads.n_read == 0  # everything came from the sweep's cache
+    for m, spec in enumerate(result.systems):
+        answers, _ = stages.answers_for_n(reads, passages, result.sys_n[:, m])
+        assert result.sys_em[:, m].tolist() == [exact_match(a, g) for a, g in zip(answers, q.answers)], spec
+    # recall and answer-bearing counts come from the same passages
+    bearing = stages.answer_bearing(passages, q.answers)
+    assert np.array_equal(result.bearing, bearing)
+    gold_first = [int(level.queries.gold[i][0]) for i in range(12)]
+    assert result.gold_hit.any(axis=1).tolist() == [g in ranking.ids[i] for i, g in enumerate(gold_first)]
+
+
+# ------------------------------------------------------------------ the CLI
+def run_sweep(*args):
+    return subprocess.run([sys.executable, "-m", "pipeline.sweep", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_cli_end_to_end_and_resume(tmp_path):
+    config = tmp_path / "sweep.yaml"
+    config.write_text(
+        "dataset: squad_open\n"
+        f"reader: {READER}\n"
+        "n: 1-3\n"
+        "corpus-sizes: x1,x3\n"
+        "every: 700\n"
+        "limit: 6\n"
+        "thetas: '0.7,0.9'\n"
+        "train-limit: 60\n"
+        "bootstrap: 200\n"
+    )
+    out = tmp_path / "out"
+    proc = run_sweep("--config", config, "--out", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    sizes = summary["corpus_sizes"]
+    assert len(sizes) == 2 and sizes[1] == 3 * summary["gold_rows"] and summary["questions"] == 6
+    systems = ["top:1", "top:2", "top:3", "threshold:0.7,3", "threshold:0.9,3", "ordinal:3", "oracle"]
+    assert set(summary["regret"]["systems"]) == set(systems)
+    assert summary["regret"]["best_fixed"]["system"].startswith("top:")
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(sizes) * len(systems)
+    for r in rows:
+        assert 0 <= float(r["em"]) <= 100 and float(r["em_ci_low"]) <= float(r["em"]) <= float(r["em_ci_high"])
+    top = {(int(r["corpus_size"]), int(r["n"])): r for r in rows if r["family"] == "top"}
+    for size in sizes:  # recall@n and answer-bearing counts never fall as n grows
+        rec = [float(top[(size, n)]["answer_recall"]) for n in (1, 2, 3)]
+        assert rec == sorted(rec)
+    for name in ("em_vs_n", "recall_vs_n", "answer_bearing_vs_n", "em_vs_corpus_size"):
+        assert (out / f"{name}.png").stat().st_size > 1000 and (out / f"{name}.svg").is_file()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["command"] == "pipeline.sweep" and manifest["config"]["n"] == "1-3"
+    assert summary["reads"]["done"] > 0
+
+    # again with one more corpus size: the old sizes come from their saved results, the new
+    # one reads only the passages no smaller size had in its top n
+    proc = run_sweep("--config", config, "--out", out, "--corpus-sizes", "x1,x3,x6", "--no-plots")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    levels = json.loads((out / "manifest.json").read_text())["levels"]
+    again = json.loads((out / "summary.json").read_text())
+    assert len(levels) == 3 and again["corpus_sizes"][:2] == sizes
+    for key, info in levels.items():
+        size = int(key.split("/")[0])
+        assert bool(info.get("resumed")) == (size in sizes)
+        if size not in sizes:
+            assert info["reads_reused"] > 0 and info["reads_done"] + info["reads_reused"] <= info["pairs"]
+    for name in ("top:1", "top:3"):  # per-size EM of the old sizes is unchanged
+        assert again["em_by_size"][name][:2] == summary["em_by_size"][name]
+
+
+def test_cli_bad_flags_fail_with_one_line():
+    for args, msg in (
+        (["--n", "0-3"], "--n"),
+        (["--seeds", "x"], "--seeds"),
+        (["--thetas", "2"], "--thetas"),
+        (["--corpus-sizes", "x0.5", "--limit", "2"], "--corpus-sizes"),
+    ):
+        proc = run_sweep("--reader", READER, *args)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert [l for l in proc.stderr.splitlines() if l.startswith("error:")][0].count(msg) >= 1
