@@ -1,0 +1,425 @@
+"""Run the heavy stages on Ray: ``python -m pipeline.run --engine ray``.
+
+* Dense corpus encoding: the missing embedding shards go through Ray Data
+  ``map_batches`` over an actor pool (one encoder load per actor); the driver
+  writes each shard to the cache as it arrives, so a crash loses at most the
+  shards in flight.
+* Reading: the (question, passage) pairs not yet in the read cache are cut
+  into the reader's chunks and read by an actor pool (one model load per
+  actor); each chunk is added to the read cache as it arrives.
+* BM25 search: the queries are split into blocks searched by Ray tasks, each
+  with its own JVM and Lucene searcher over the cached index directory.
+
+The cluster is ``--ray-address`` or ``$RAY_ADDRESS``; with neither, a local
+Ray instance is started (``ray.init(num_cpus=...)``), and an instance already
+started in this process is used as is.  ``--ray-actors`` actors of
+``--ray-cpus-per-actor`` CPUs and ``--ray-gpus-per-actor`` GPUs run the
+encoder and the reader.  Results equal the local engine's: same shards and
+chunks, the same functions on the same inputs (scores may differ in the last
+float bits when the actors use other thread counts or devices).
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import math
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from data.errors import UserError
+from retrievers.bm25 import BM25Retriever
+from retrievers.dense import DenseRetriever
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("data", "retrievers", "readers", "pipeline", "eval", "selection")
+
+
+class RayEngine:
+    """Dense encoding and reading on Ray actor pools, BM25 search on Ray tasks.
+
+    Parameters
+    ----------
+    address : Ray cluster address (``ray://host:10001`` or ``host:6379``);
+        ``None`` uses ``$RAY_ADDRESS``, else starts a local instance.
+    actors : actors per pool (and BM25 query blocks).
+    gpus_per_actor : GPUs each encoder/reader actor reserves (fractions allowed).
+    cpus_per_actor : CPUs each actor or task reserves (also its torch threads).
+    device : the run's ``--device``; actors use CUDA when they reserve GPUs.
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, actors: int = 2, gpus_per_actor: float = 0.0,
+                 cpus_per_actor: float = 1.0, device: str = "auto"):
+        self.address = address
+        self.actors = actors
+        self.gpus_per_actor = gpus_per_actor
+        self.cpus_per_actor = cpus_per_actor
+        self.device = device
+
+    # ------------------------------------------------------------- lifecycle
+    def check(self) -> "RayEngine":
+        """Validate the options (before any work is done)."""
+        if not isinstance(self.actors, int) or isinstance(self.actors, bool) or self.actors < 1:
+            raise UserError(f"--ray-actors {self.actors!r}: must be a positive integer")
+        for flag, value in (("--ray-gpus-per-actor", self.gpus_per_actor), ("--ray-cpus-per-actor", self.cpus_per_actor)):
+            if not isinstance(value, (int, float)) or value < 0 or not math.isfinite(value):
+                raise UserError(f"{flag} {value!r}: must be a number >= 0")
+        if self.cpus_per_actor <= 0 and self.gpus_per_actor <= 0:
+            raise UserError("--ray-cpus-per-actor 0 needs --ray-gpus-per-actor > 0")
+        dev = str(self.device)
+        if dev.startswith("cuda") and self.gpus_per_actor <= 0:
+            raise UserError(f"--device {dev} with --engine ray: give the actors GPUs with --ray-gpus-per-actor")
+        if self.gpus_per_actor > 0 and dev == "cpu":
+            raise UserError("--ray-gpus-per-actor > 0 with --device cpu: drop one of them")
+        try:
+            import ray  # noqa: F401
+            import ray.data  # noqa: F401
+        except ImportError as err:
+            raise UserError(f"--engine ray needs Ray Data: pip install 'ray[data]' ({err})") from None
+        return self
+
+    def start(self):
+        """Connect to (or start) Ray once; returns the ``ray`` module."""
+        import ray
+        import ray.data
+
+        if getattr(self, "_ray", None) is not None:
+            return ray
+        self.check()
+        self._owned = False
+        if not ray.is_initialized():
+            address = self.address or os.environ.get("RAY_ADDRESS") or None
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+            try:
+                if address:
+                    # the cluster's Python needs our third-party packages; our own code travels with the job
+                    kwargs["runtime_env"] = {"py_modules": [str(ROOT / p) for p in PACKAGES]}
+                    ray.init(address=address, **kwargs)
+                else:
+                    need = max(2, math.ceil(self.actors * max(self.cpus_per_actor, 0)))
+                    ray.init(num_cpus=need, **kwargs)
+            except Exception as err:  # unreachable cluster, bad address
+                raise UserError(f"ray: cannot connect to {address or 'a local instance'} ({type(err).__name__}: {str(err).splitlines()[0][:160]})") from None
+            self._owned = True
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False  # our own tqdm bars show progress
+        if hasattr(context, "print_on_execution_start"):
+            context.print_on_execution_start = False
+        self._ray = ray
+        return ray
+
+    def close(self) -> None:
+        ray = getattr(self, "_ray", None)
+        if ray is not None and getattr(self, "_owned", False):
+            ray.shutdown()
+        self._ray = None
+
+    def info(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "engine": self.name,
+            "actors": self.actors,
+            "gpus_per_actor": self.gpus_per_actor,
+            "cpus_per_actor": self.cpus_per_actor,
+        }
+        ray = getattr(self, "_ray", None)
+        if ray is not None and ray.is_initialized():
+            out["cluster_resources"] = {k: v for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU")}
+        return out
+
+    def _actor_device(self) -> str:
+        return "cuda" if self.gpus_per_actor > 0 else "cpu"
+
+    def _pool(self, n_items: int):
+        import ray.data
+
+        return ray.data.ActorPoolStrategy(size=max(1, min(self.actors, n_items)))
+
+    def _remote_args(self) -> dict[str, Any]:
+        args: dict[str, Any] = {"num_cpus": self.cpus_per_actor}
+        if self.gpus_per_actor > 0:
+            args["num_gpus"] = self.gpus_per_actor
+        return args
+
+    def _threads(self) -> int:
+        return max(1, int(self.cpus_per_actor))
+
+    # ------------------------------------------------------------ retrievers
+    def adapt_retriever(self, retriever):
+        """The retriever with its BM25/dense parts (also the members of fused ones) on Ray."""
+        if isinstance(retriever, (RayBM25Retriever, RayDenseRetriever)):
+            return retriever
+        if type(retriever) is BM25Retriever:
+            return _rebuild(RayBM25Retriever, retriever, engine=self)
+        if type(retriever) is DenseRetriever:
+            return _rebuild(RayDenseRetriever, retriever, engine=self)
+        members = getattr(retriever, "members", None)
+        if isinstance(members, list):
+            members[:] = [self.adapt_retriever(m) for m in members]
+        return retriever
+
+    def encode_shards(self, retriever: DenseRetriever, texts: Sequence[str], ranges: Sequence[tuple[int, int]]):
+        """Yield ``(lo, hi, embeddings)`` for the shards, encoded by an actor pool, as they finish."""
+        if not ranges:
+            return
+        ray = self.start()
+        from tqdm.auto import tqdm
+
+        items = [{"lo": lo, "hi": hi, "texts": list(texts[lo:hi])} for lo, hi in ranges]
+        params = {
+            "model": retriever.model,
+            "device": self._actor_device(),
+            "token_budget": retriever.token_budget,
+            "threads": self._threads(),
+        }
+        ds = ray.data.from_items(items, override_num_blocks=len(items))
+        out = ds.map_batches(
+            _EncodeActor, batch_size=1, compute=self._pool(len(items)), fn_constructor_kwargs={"params": params},
+            **self._remote_args(),
+        )
+        with tqdm(total=sum(hi - lo for lo, hi in ranges), desc="encode corpus (ray)", unit="text", leave=False) as bar:
+            for row in _rows(out):
+                lo, hi = int(row["lo"]), int(row["hi"])
+                bar.update(hi - lo)
+                yield lo, hi, _from_bytes(row["emb"])
+
+    def search_bm25(self, retriever: "RayBM25Retriever", query_texts: Sequence[str], k: int):
+        """BM25 over query blocks, one Ray task (own JVM and searcher) per block."""
+        from retrievers.types import Ranking
+
+        ray = self.start()
+        from tqdm.auto import tqdm
+
+        texts = list(query_texts)
+        if not texts:
+            return BM25Retriever.search(retriever, texts, k)
+        block = max(1, min(2000, math.ceil(len(texts) / self.actors)))
+        params = _params(BM25Retriever, retriever)
+        params["threads"] = self._threads()
+        corpus_ref = ray.put(retriever.corpus_)
+        task = ray.remote(_bm25_block).options(num_cpus=max(self.cpus_per_actor, 0.001))
+        pending = {task.remote(params, corpus_ref, texts[lo : lo + block], k): lo for lo in range(0, len(texts), block)}
+        parts = {}
+        with tqdm(total=len(texts), desc="bm25 search (ray)", unit="query", leave=False) as bar:
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                lo = pending.pop(done[0])
+                ids, scores = _get(ray, done[0])
+                parts[lo] = (ids, scores)
+                bar.update(len(ids))
+        order = sorted(parts)
+        return Ranking(np.concatenate([parts[lo][0] for lo in order]), np.concatenate([parts[lo][1] for lo in order]))
+
+    # --------------------------------------------------------------- reading
+    def read_pairs(self, reader, questions: Sequence[str], passages: Sequence[str], cache=None):
+        """As ``reader.read_pairs``, with the pairs not in ``cache`` read by an actor pool, chunk by chunk."""
+        from readers.extractive import PassageReads
+
+        questions, passages = list(questions), list(passages)
+        if len(questions) != len(passages):
+            raise UserError(f"read_pairs: {len(questions)} questions but {len(passages)} passages (one per pair)")
+        self._remote_reader_setup(reader)
+        keys = reader.pair_keys(questions, passages)
+        distinct: dict[str, int] = {}
+        row_of = np.array([distinct.setdefault(k, len(distinct)) for k in keys], dtype=np.int64)
+        dkeys = list(distinct)
+        first = np.unique(row_of, return_index=True)[1]
+        found = np.zeros(len(dkeys), bool)
+        score = np.full(len(dkeys), -np.inf, np.float32)
+        start = np.full(len(dkeys), -1, np.int64)
+        end = np.full(len(dkeys), -1, np.int64)
+        if cache is not None:
+            found, score, start, end = cache.lookup(dkeys)
+        blank = np.array([not passages[i].strip() for i in first], dtype=bool)
+        todo = np.flatnonzero(~found & ~blank)
+        chunks = [todo[lo : lo + reader.pairs_per_chunk] for lo in range(0, len(todo), reader.pairs_per_chunk)]
+        if chunks:
+            ray = self.start()
+            from tqdm.auto import tqdm
+
+            items = [
+                {"chunk": c, "questions": [questions[first[r]] for r in rows], "passages": [passages[first[r]] for r in rows]}
+                for c, rows in enumerate(chunks)
+            ]
+            ds = ray.data.from_items(items, override_num_blocks=len(items))
+            out = ds.map_batches(
+                _ReadActor, batch_size=1, compute=self._pool(len(items)),
+                fn_constructor_kwargs={"params": self._actor_reader_params(reader)}, **self._remote_args(),
+            )
+            with tqdm(total=len(todo), desc="reading (ray)", unit="pair", leave=False) as bar:
+                for row in _rows(out):
+                    rows = chunks[int(row["chunk"])]
+                    s, b, e = _from_bytes(row["score"]), _from_bytes(row["start"]), _from_bytes(row["end"])
+                    score[rows], start[rows], end[rows] = s, b, e
+                    if cache is not None:
+                        cache.add([dkeys[r] for r in rows], s, b, e)
+                    bar.update(len(rows))
+        score, start, end = score[row_of], start[row_of], end[row_of]
+        text = [p[b:e] if b >= 0 else "" for p, b, e in zip(passages, start.tolist(), end.tolist())]
+        return PassageReads(text=text, score=score, start_char=start, end_char=end, n_read=int(len(todo)), n_reused=int(found.sum()))
+
+    def prepare_reader(self, reader):
+        """Check the reader (parameters, model, QA head) without loading it: the actors load it."""
+        self._remote_reader_setup(reader)
+        reader.pair_keys([], [])
+        return reader
+
+    def _remote_reader_setup(self, reader) -> None:
+        """Pin what the driver and the actors must agree on (the cache key holds the dtype).
+
+        With GPU actors the driver may have no GPU: it keeps its own copy on
+        CPU (it only hashes and looks up) and both sides read in bfloat16
+        unless a dtype was given.
+        """
+        if self.gpus_per_actor > 0:
+            if reader.dtype == "auto":
+                reader.dtype = "bfloat16"
+            reader.device = "cpu"
+
+    def _actor_reader_params(self, reader) -> dict[str, Any]:
+        from readers.extractive import ExtractiveReader
+
+        params = _params(ExtractiveReader, reader)
+        params.update(device=self._actor_device(), progress=False, num_threads=self._threads())
+        return params
+
+
+# ------------------------------------------------------------- subclasses
+class RayDenseRetriever(DenseRetriever):
+    """A :class:`DenseRetriever` whose missing corpus shards are encoded on a Ray actor pool."""
+
+    def encode_shards(self, texts, ranges):
+        return self.engine_.encode_shards(self, texts, ranges)
+
+    def _encoder(self):
+        # the driver only encodes queries and reads the model's settings: it stays on what it has
+        from retrievers.encoder import load_sentence_encoder, resolve_device, resolve_encoder
+
+        return load_sentence_encoder(resolve_encoder(self.model), resolve_device("auto" if self.device != "cpu" else "cpu"))
+
+    def encode_precision(self) -> str:
+        return "cuda-autocast" if self.engine_.gpus_per_actor > 0 else "float32"
+
+
+class RayBM25Retriever(BM25Retriever):
+    """A :class:`BM25Retriever` whose search is split over Ray tasks by query blocks."""
+
+    def index(self, corpus):
+        super().index(corpus)  # builds (or finds) the cached index once, here
+        self.corpus_ = corpus
+        return self
+
+    def search(self, query_texts, k, batch_size: int = 2000):
+        if not hasattr(self, "corpus_"):
+            raise RuntimeError("call index(corpus) before search()")
+        if k < 1:
+            raise UserError(f"bm25: k must be >= 1 (got {k})")
+        return self.engine_.search_bm25(self, query_texts, k)
+
+
+def _params(cls, obj) -> dict[str, Any]:
+    """The constructor parameters of ``obj`` (scikit-learn style: stored under their own names)."""
+    names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+    return {n: getattr(obj, n) for n in names}
+
+
+def _rebuild(cls, obj, engine):
+    new = cls(**_params(type(obj), obj))
+    new.engine_ = engine
+    return new
+
+
+# ----------------------------------------------------------------- workers
+class _EncodeActor:
+    """One sentence encoder per actor; each call encodes one shard."""
+
+    def __init__(self, params: dict):
+        import torch
+
+        from retrievers.encoder import load_sentence_encoder, resolve_encoder
+
+        torch.set_num_threads(int(params["threads"]))
+        self.params = params
+        self.model = load_sentence_encoder(resolve_encoder(params["model"]), params["device"])
+
+    def __call__(self, batch: dict) -> dict:
+        from retrievers.encoder import encode_texts
+
+        out = []
+        for texts in batch["texts"]:
+            emb = encode_texts(self.model, [str(t) for t in texts], token_budget=self.params["token_budget"], show_progress=False)
+            out.append(_to_bytes(emb))
+        return {"lo": batch["lo"], "hi": batch["hi"], "emb": np.array(out, dtype=object)}
+
+
+class _ReadActor:
+    """One extractive reader per actor; each call reads one chunk of pairs."""
+
+    def __init__(self, params: dict):
+        from readers.extractive import ExtractiveReader
+
+        self.reader = ExtractiveReader(**params).load()
+
+    def __call__(self, batch: dict) -> dict:
+        from pipeline.engine import read_pairs_halving
+
+        scores, starts, ends = [], [], []
+        for qs, ps in zip(batch["questions"], batch["passages"]):
+            reads = read_pairs_halving(self.reader, [str(q) for q in qs], [str(p) for p in ps])
+            scores.append(_to_bytes(reads.score))
+            starts.append(_to_bytes(reads.start_char))
+            ends.append(_to_bytes(reads.end_char))
+        return {
+            "chunk": batch["chunk"],
+            "score": np.array(scores, dtype=object),
+            "start": np.array(starts, dtype=object),
+            "end": np.array(ends, dtype=object),
+        }
+
+
+def _bm25_block(params: dict, corpus, texts: list[str], k: int):
+    """One block of BM25 queries (a Ray task: its own JVM, the cached index)."""
+    retriever = BM25Retriever(**params).index(corpus)
+    ranking = retriever.search(texts, k)
+    return ranking.ids, ranking.scores
+
+
+def _to_bytes(array: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+    return buf.getvalue()
+
+
+def _from_bytes(blob) -> np.ndarray:
+    return np.load(io.BytesIO(bytes(blob)), allow_pickle=False)
+
+
+def _rows(dataset):
+    """Iterate a Ray dataset's rows; a bad-input error inside Ray surfaces as our own one-line error."""
+    try:
+        yield from dataset.iter_rows()
+    except Exception as err:
+        _raise_user_error(err)
+        raise
+
+
+def _get(ray, ref):
+    try:
+        return ray.get(ref)
+    except Exception as err:
+        _raise_user_error(err)
+        raise
+
+
+def _raise_user_error(err: BaseException) -> None:
+    """Raise the ``UserError`` behind a Ray error (Ray wraps what its workers raise), if there is one."""
+    seen, hops = err, 0
+    while seen is not None and hops < 20:
+        for candidate in (seen, getattr(seen, "cause", None)):
+            if isinstance(candidate, UserError):
+                raise UserError(str(candidate)) from None
+        seen, hops = seen.__cause__ or seen.__context__, hops + 1

@@ -1,0 +1,115 @@
+"""``pipeline.run --engine ray`` on a local Ray instance equals the local engine.
+
+One run with ``rrf:bm25+dense`` and the reader covers every Ray stage: BM25
+search over query blocks (Ray tasks, each with its own JVM), dense corpus
+encoding and reading (Ray Data ``map_batches`` over actor pools).  The local
+reference runs at the same time in a subprocess with its own cache.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+from tests.conftest import DATA, READER, ROOT
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("ray.data")
+
+SHARD_ROWS = "3"
+
+
+@pytest.fixture(scope="module")
+def squad_slice(tmp_path_factory):
+    with zipfile.ZipFile(DATA / "squad" / "dev-v1.1.json.zip") as zf:
+        dev = json.loads(zf.read(next(n for n in zf.namelist() if n.endswith(".json"))))
+    article = dev["data"][0]
+    path = tmp_path_factory.mktemp("slice") / "dev-slice.json"
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": article["title"], "paragraphs": article["paragraphs"][:8]}]}))
+    return path
+
+
+def flags(data, out):
+    return ["--dataset", f"squad_file:{data}", "--retriever", "rrf:bm25+dense", "--reader", str(READER), "--limit", "10",
+            "--selector", "top:2", "--depth", "20", "--metrics", "em,f1", "--threads", "1", "--out", str(out)]
+
+
+@pytest.fixture(scope="module")
+def local_ray(tmp_path_factory):
+    """``ray.init(num_cpus=2)``; its workers inherit a fresh cache dir and the test knobs."""
+    cache = tmp_path_factory.mktemp("ray-cache")
+    saved = {k: os.environ.get(k) for k in ("QA_CACHE_DIR", "QA_SHARD_ROWS")}
+    os.environ.update(QA_CACHE_DIR=str(cache), QA_SHARD_ROWS=SHARD_ROWS)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        yield cache
+    finally:
+        ray.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def read_trec(path):
+    rows = [line.split() for line in path.read_text().splitlines()]
+    return [(r[0], r[2], int(r[3])) for r in rows], np.array([float(r[4]) for r in rows])
+
+
+def test_retrievers_are_swapped_for_ray_versions_inside_fusion():
+    from pipeline.ray_engine import RayBM25Retriever, RayDenseRetriever, RayEngine
+    from retrievers.registry import make_retriever
+
+    fused = RayEngine().adapt_retriever(make_retriever("rrf:bm25+dense", bm25_options={"k1": 1.2}))
+    bm25, dense = fused.members
+    assert isinstance(bm25, RayBM25Retriever) and bm25.k1 == 1.2
+    assert isinstance(dense, RayDenseRetriever) and dense.name == "dense"
+
+
+def test_ray_engine_equals_local_engine(squad_slice, local_ray, tmp_path):
+    import torch
+
+    from pipeline.run import main
+
+    env = dict(os.environ, QA_CACHE_DIR=str(tmp_path / "local-cache"), QA_SHARD_ROWS=SHARD_ROWS, HF_HUB_OFFLINE="1",
+               TQDM_DISABLE="1", TOKENIZERS_PARALLELISM="false")
+    local = subprocess.Popen([sys.executable, "-m", "pipeline.run", *flags(squad_slice, tmp_path / "local")], cwd=ROOT,
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    threads = torch.get_num_threads()
+    try:
+        assert main([*flags(squad_slice, tmp_path / "ray"), "--engine", "ray", "--ray-actors", "2"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    _, err = local.communicate(timeout=600)
+    assert local.returncode == 0, err[-2000:]
+    a, b = tmp_path / "local", tmp_path / "ray"
+
+    manifest = json.loads((b / "manifest.json").read_text())
+    assert manifest["engine"]["engine"] == "ray" and manifest["engine"]["cluster_resources"]["CPU"] == 2
+    assert manifest["embedding_shards"]["computed"] == manifest["embedding_shards"]["shards"] > 1  # encoded on Ray
+    reads = manifest["reading"]["reads_done"]
+    assert 0 < reads == json.loads((a / "manifest.json").read_text())["reading"]["reads_done"]  # read on Ray
+    assert len(list((b / "reads").glob("reads-*.npz"))) == -(-reads // int(SHARD_ROWS))  # a cache shard per chunk
+
+    # same ids and ranks; scores equal up to float rounding
+    (ids_a, scores_a), (ids_b, scores_b) = read_trec(a / "run.trec"), read_trec(b / "run.trec")
+    assert ids_a == ids_b
+    np.testing.assert_allclose(scores_a, scores_b, atol=1e-5)
+    # same answers and spans
+    assert json.loads((a / "predictions.json").read_text()) == json.loads((b / "predictions.json").read_text())
+    details_a = [json.loads(line) for line in (a / "details.jsonl").read_text().splitlines()]
+    details_b = [json.loads(line) for line in (b / "details.jsonl").read_text().splitlines()]
+    for x, y in zip(details_a, details_b, strict=True):
+        assert (x["id"], x["passages"], x["answer"], x["answer_rank"]) == (y["id"], y["passages"], y["answer"], y["answer_rank"])
+        assert x["score"] == pytest.approx(y["score"], abs=1e-4)
+    metrics_a = json.loads((a / "metrics.json").read_text())
+    metrics_b = json.loads((b / "metrics.json").read_text())
+    assert metrics_a["reading"] == metrics_b["reading"]
+    for level in ("sentence", "paragraph"):
+        for name, value in metrics_a["retrieval"]["reqa"][level].items():
+            assert metrics_b["retrieval"]["reqa"][level][name] == pytest.approx(value, abs=1e-6)
