@@ -196,10 +196,10 @@ def main(argv=None) -> int:
             continue
         res = []
         for s in seeds:
-            router = RouterRetriever(members, seed=s, estimator="gbdt")
+            router = RouterRetriever(members, seed=s)
             router.fit_rankings(train_queries.texts, t, train_queries.gold)
             res.append(reqa_metrics(router.fuse(dev.queries.texts, d, k_eval), dev.queries, dev.corpus))
-        add(f"route (gbdt) {'+'.join(combo)}", f"route:{plus}", res, learned=True)
+        add(f"route {'+'.join(combo)}", f"route:{plus}", res, learned=True)
         res = []
         for s in seeds:
             t0 = time.time()
