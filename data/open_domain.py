@@ -18,10 +18,10 @@ task with a corpus of growing size):
 
 Corpus-size levels (:func:`corpus_levels`) are the gold paragraphs of the
 evaluated questions plus a seeded share of the other paragraphs (noise).  The
-noise is one seeded permutation of the non-gold rows and a level of size S
-takes its first ``S - |gold|`` rows, so for one seed a larger level is a
-superset of a smaller one (nested) and a reader's reads of the passages the
-levels share are reused.  The same sampler serves any dataset, e.g. the ReQA
+noise is one seeded permutation of the pool with the gold rows left out and a
+level of size S takes its first ``S - |gold|`` rows, so for one seed a larger
+level is a superset of a smaller one (nested) and a reader's reads of the
+passages the levels share are reused.  The same sampler serves any dataset, e.g. the ReQA
 sentence candidates of ``reqa_squad``.
 """
 
@@ -179,15 +179,20 @@ def corpus_levels(n_pool: int, gold: Sequence[int], sizes: Sequence[int], seed: 
 
     Deterministic for ``seed``; nested (for one seed, the rows of a smaller
     size are a subset of those of a larger one) because every level takes a
-    prefix of one seeded permutation of the non-gold rows.
+    prefix of one seeded permutation of the pool with the gold rows left out.
+    The permutation is of the whole pool, so the noise order is the same
+    whatever the gold set is (question subsets share their noise).
     """
     gold = np.unique(np.asarray(list(gold), dtype=np.int64))
     if gold.size and (gold[0] < 0 or gold[-1] >= n_pool):
         raise UserError(f"gold rows must lie in 0..{n_pool - 1}")
     is_gold = np.zeros(n_pool, dtype=bool)
     is_gold[gold] = True
-    noise = np.flatnonzero(~is_gold)
-    order = np.random.default_rng(np.random.SeedSequence(int(seed))).permutation(noise)
+    # one seeded order of the whole pool, gold rows skipped: the noise order does not depend
+    # on which questions are evaluated, so levels built for a subset of the questions share
+    # most of their noise (and their reads) with the levels of a larger subset
+    order = np.random.default_rng(np.random.SeedSequence(int(seed))).permutation(n_pool)
+    order = order[~is_gold[order]]
     out = []
     for size in sizes:
         size = int(size)

@@ -37,7 +37,9 @@ def curves_by_size(rows: Sequence[dict], key: str, sizes: Sequence[int], label: 
     return curves
 
 
-def plot_curves(curves: list[dict], stem: str | Path, *, xlabel: str, ylabel: str, title: str = "", logx: bool = False) -> list[str]:
+def plot_curves(
+    curves: list[dict], stem: str | Path, *, xlabel: str, ylabel: str, title: str = "", logx: bool = False, integer_x: bool = False
+) -> list[str]:
     """Draw ``curves`` (dicts with label, x, y and optional low/high/std/dashed) into ``stem``.png and .svg."""
     import matplotlib
 
@@ -58,6 +60,10 @@ def plot_curves(curves: list[dict], stem: str | Path, *, xlabel: str, ylabel: st
             ax.errorbar(x, y, yerr=std, fmt="none", ecolor=color, elinewidth=0.8, capsize=2)
     if logx:
         ax.set_xscale("log")
+    if integer_x:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:

@@ -46,7 +46,7 @@ from data.errors import UserError
 from data.io import atomic_path, sha256_text, write_json
 from pipeline.cli import Timer, jsonable_config, main_guard, make_out_dir, parse_with_config, print_table, write_manifest
 
-SWEEP_VERSION = "1"
+SWEEP_VERSION = "2"
 DEFAULT_THETAS = "0.5:0.95:0.05"
 
 
@@ -309,6 +309,7 @@ def make_reader(args):
         max_answer_tokens=args.max_answer_tokens,
         batch_size=args.reader_batch_size,
         device=args.device,
+        pairs_per_chunk=1024,  # reads reach the cache every 1,024 pairs: an interrupted level resumes from them
     )
 
 
@@ -426,13 +427,28 @@ def run_sweep(args, out: Path, timer: Timer) -> dict:
     levels: dict[tuple[int, int], LevelResult] = {}
     jobs = [(size, seed) for seed in plan.seeds for size in plan.sizes]
     bar = tqdm(jobs, desc="sweep levels", unit="level")
+    same_rows: dict[str, tuple[int, int]] = {}  # levels whose corpora (eval and train) are identical
     for size, seed in bar:
         bar.set_postfix(size=size, seed=seed)
         rows = corpus_levels(plan.n_pool, gold_rows(dataset.queries), [size], seed)[0]
+        t_rows = None
+        if not args.no_ordinal:
+            t_gold = gold_rows(train_sample.queries)
+            t_size = min(max(size, t_gold.size), len(train_sample.corpus))
+            t_rows = corpus_levels(len(train_sample.corpus), t_gold, [t_size], seed)[0]
         fingerprint = level_fingerprint(args, plan, rows, reader_identity, seed)
         done = load_level(out, size, seed, fingerprint)
         if done is not None:
             levels[(size, seed)] = done
+            continue
+        rows_key = sha256_text(rows.tolist(), [] if t_rows is None else t_rows.tolist())
+        meta = {"fingerprint": fingerprint, "size": int(size), "seed": int(seed), "n_gold": plan.n_gold, "n_max": plan.n_max}
+        if rows_key in same_rows:  # e.g. "all" under another seed: same corpus, same result
+            twin = levels[same_rows[rows_key]]
+            result = LevelResult(twin.em, twin.f1, twin.bearing, twin.gold_hit, twin.systems, twin.sys_n,
+                                 {**twin.info, "reads_done": 0, "reads_reused": 0, "same_corpus_as_seed": same_rows[rows_key][1]})
+            save_level(out, size, seed, result, meta)
+            levels[(size, seed)] = result
             continue
         level = restrict_corpus(dataset, rows)
         t0 = time.perf_counter()
@@ -441,30 +457,24 @@ def run_sweep(args, out: Path, timer: Timer) -> dict:
             ranking = stages.retrieve(retriever, level, plan.depth, train=train if fit_train else None)
         t_retrieve = time.perf_counter() - t0
         ordinal, train_info = None, {}
-        if not args.no_ordinal:
+        if t_rows is not None:
             t0 = time.perf_counter()
             with timer("fit_ordinal"):
-                t_gold = gold_rows(train_sample.queries)
-                t_size = min(max(size, t_gold.size), len(train_sample.corpus))
-                t_rows = corpus_levels(len(train_sample.corpus), t_gold, [t_size], seed)[0]
                 ordinal = fit_ordinal(restrict_corpus(train_sample, t_rows), make_retriever(), plan.tau, args.read_unit, plan.depth)
-            train_info = {"train_questions": len(train_sample.queries), "train_corpus_size": int(t_size), "fit_s": round(time.perf_counter() - t0, 3), "ordinal": ordinal.to_dict()}
+            train_info = {"train_questions": len(train_sample.queries), "train_corpus_size": int(len(t_rows)),
+                          "fit_s": round(time.perf_counter() - t0, 3), "ordinal": ordinal.to_dict()}
         selectors = selector_systems(plan.thetas, plan.tau, ordinal)
         with timer("read_and_score"):
             result = evaluate_level(level, ranking, reader, cache, plan.n_max, selectors, args.read_unit, args.mu)
         result.info.update({"corpus_size": int(size), "n_gold": plan.n_gold, "retrieve_s": round(t_retrieve, 3), **train_info})
-        meta = {"fingerprint": fingerprint, "size": int(size), "seed": int(seed), "n_gold": plan.n_gold, "n_max": plan.n_max}
         save_level(out, size, seed, result, meta)
         levels[(size, seed)] = result
+        same_rows[rows_key] = (size, seed)
         tqdm.write(f"size {size} seed {seed}: EM@1 {np.nanmean(result.em[:, 0]) * 100:.2f}  reads done {result.info['reads_done']} reused {result.info['reads_reused']}")
     return {"plan": plan, "levels": levels, "train": train}
 
 
 # --------------------------------------------------------------- aggregation
-def _pct(x) -> float:
-    return float(np.nanmean(x) * 100.0)
-
-
 def system_names(plan: SweepPlan, selectors: list[str]) -> list[str]:
     return [f"top:{n}" for n in range(1, plan.n_max + 1)] + list(selectors)
 
@@ -494,7 +504,6 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
     rows, agg_rows = [], []
     per_seed_em = np.zeros((len(plan.seeds), len(plan.sizes), m_count))
     boot_em = np.zeros((n_boot, len(plan.sizes), m_count))
-    curves: dict[str, dict] = {}
     for k, size in enumerate(plan.sizes):
         seed_tables = []
         seed_metrics = []
@@ -544,7 +553,6 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
             entry["em_ci_low"] = round(float(lo[m]), 6)
             entry["em_ci_high"] = round(float(hi[m]), 6)
             agg_rows.append(entry)
-            curves.setdefault(name, {"family": family(name)})
     reference = np.array([family(n) != "oracle" for n in names])
     reg_seed = regret(per_seed_em, plan.sizes, reference, weighting)  # [S, M]
     reg_boot = regret(boot_em, plan.sizes, reference, weighting)  # [B, M]
@@ -618,7 +626,7 @@ def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict) 
         ("answer_bearing", "answer-bearing passages in top n", "answer_bearing_vs_n"),
     ):
         curves = curves_by_size(per_n, key, plan.sizes, label, with_ci=key == "em")
-        written += plot_curves(curves, out / stem, xlabel="n (passages read)", ylabel=ylabel,
+        written += plot_curves(curves, out / stem, xlabel="n (passages read)", ylabel=ylabel, integer_x=True,
                                title=f"{plan.dataset.name} {plan.dataset.split}: {ylabel} vs n")
     reg = summary["regret"]
     picks = [f"top:{n}" for n in (1, 5, 10) if n <= plan.n_max]

@@ -162,3 +162,14 @@ def build_copy(ds):
     from data.types import Dataset
 
     return Dataset(ds.name, ds.split, ds.corpus, ds.queries.subset(range(len(ds.queries))), dict(ds.sources), ds.level)
+
+
+def test_question_subsets_share_their_noise():
+    """The noise order does not depend on the gold set: a subset's level shares its noise rows."""
+    small_gold, large_gold = list(range(10)), list(range(40))
+    small = corpus_levels(5000, small_gold, [1000], seed=4)[0]
+    large = corpus_levels(5000, large_gold, [1000], seed=4)[0]
+    noise_small = set(small.tolist()) - set(large_gold)
+    noise_large = set(large.tolist()) - set(large_gold)
+    # the larger gold set displaces at most 30 noise rows (+ the gold rows it now holds)
+    assert len(noise_small - noise_large) <= 60

@@ -75,17 +75,17 @@ def test_bootstrap_replicates_are_weighted_means(x, seed):
 # -------------------------------------------------- one read == separate reads
 @pytest.fixture(scope="module")
 def small_level():
-    """12 dev questions (every 500th) over a 400-paragraph squad_open level, BM25 top 4."""
+    """8 dev questions (every 500th) over a 400-paragraph squad_open level, BM25 top 3."""
     from data.open_domain import corpus_levels, gold_rows, restrict_corpus
     from data.registry import load_dataset
     from pipeline import stages
     from pipeline.sweep import every_kth_question
 
     ds = every_kth_question(load_dataset("squad_open", "dev"), 500)
-    ds.queries = ds.queries.subset(range(12))
+    ds.queries = ds.queries.subset(range(8))
     rows = corpus_levels(len(ds.corpus), gold_rows(ds.queries), [400], seed=1)[0]
     level = restrict_corpus(ds, rows)
-    ranking = stages.retrieve(stages.build_retriever("bm25", {}), level, 4)
+    ranking = stages.retrieve(stages.build_retriever("bm25", {}), level, 3)
     return level, ranking
 
 
@@ -97,11 +97,11 @@ def test_every_n_equals_reading_the_top_n_separately(small_level, tmp_path):
 
     level, ranking = small_level
     reader = ExtractiveReader(str(READER), progress=False)
-    selectors = selector_systems([0.6, 0.9], 4, None)
-    result = evaluate_level(level, ranking, reader, ReadCache(tmp_path / "reads"), 4, selectors)
+    selectors = selector_systems([0.6, 0.9], 3, None)
+    result = evaluate_level(level, ranking, reader, ReadCache(tmp_path / "reads"), 3, selectors)
     q = level.queries
-    assert result.em.shape == (12, 4) and result.info["reads_done"] + result.info["reads_reused"] <= 48
-    for n in (1, 2, 4):
+    assert result.em.shape == (8, 3) and result.info["reads_done"] + result.info["reads_reused"] <= 24
+    for n in (1, 2, 3):
         passages = stages.passages_for(ranking, level.corpus, n)
         reads = stages.read_top(reader, q.texts, passages)  # no cache: read again
         answers, _ = stages.answers_for_n(reads, passages, np.full(len(q), n))
@@ -110,7 +110,7 @@ def test_every_n_equals_reading_the_top_n_separately(small_level, tmp_path):
         assert result.em[:, n - 1].tolist() == em
         assert np.allclose(result.f1[:, n - 1], f, atol=1e-6)
     # a selector's score is the answer of reading its own n (per question) from the top-4 reads
-    passages = stages.passages_for(ranking, level.corpus, 4)
+    passages = stages.passages_for(ranking, level.corpus, 3)
     reads = stages.read_top(reader, q.texts, passages, cache=ReadCache(tmp_path / "reads"))
     assert reads.n_read == 0  # everything came from the sweep's cache
     for m, spec in enumerate(result.systems):
@@ -119,7 +119,7 @@ def test_every_n_equals_reading_the_top_n_separately(small_level, tmp_path):
     # recall and answer-bearing counts come from the same passages
     bearing = stages.answer_bearing(passages, q.answers)
     assert np.array_equal(result.bearing, bearing)
-    gold_first = [int(level.queries.gold[i][0]) for i in range(12)]
+    gold_first = [int(level.queries.gold[i][0]) for i in range(8)]
     assert result.gold_hit.any(axis=1).tolist() == [g in ranking.ids[i] for i, g in enumerate(gold_first)]
 
 
