@@ -40,7 +40,8 @@ class LocalEngine:
         return retriever
 
     def prepare_reader(self, reader):
-        """Load the reader now, so a bad model fails before any retrieval."""
+        """Check, then load the reader now, so a bad model fails before any retrieval."""
+        reader.pair_keys([], [])  # parameters, path, QA head: checked before torch is imported
         return reader.load()
 
     def read_pairs(self, reader, questions: Sequence[str], passages: Sequence[str], cache=None):

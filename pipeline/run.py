@@ -169,10 +169,15 @@ def check_args(args) -> None:
         raise UserError(f"--engine {args.engine!r}: use {' or '.join(ENGINES)}")
     if args.reader and args.reader_token_budget is not None and args.reader_token_budget < args.max_length:
         raise UserError(f"--reader-token-budget {args.reader_token_budget}: must be at least --max-length {args.max_length}")
-    if args.engine == "local" or args.device == "cpu":
+    device = str(args.device)
+    if device not in ("auto", "cpu", "mps", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise UserError(f"--device {device!r}: use auto, cpu or cuda[:i]")
+    if device.startswith("cuda") and args.engine == "local":
         from retrievers.encoder import resolve_device
 
-        resolve_device(args.device)
+        resolve_device(device)  # a GPU must be here
+    if args.read_cache and Path(args.read_cache).exists() and not Path(args.read_cache).is_dir():
+        raise UserError(f"--read-cache {args.read_cache}: not a directory")
     _fusion_options(args.fusion_opt)
 
 
@@ -208,6 +213,7 @@ def run(args, engine) -> int:
     from selection import parse_selector
 
     selector = parse_selector(args.selector) if args.reader else None  # bad specs fail before any work
+    stages.build_retriever(args.retriever, retriever_options(args))  # so do bad retriever specs and options
     reader = None
     if args.reader:
         from pipeline.reading import make_reader

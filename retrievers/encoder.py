@@ -136,7 +136,8 @@ def encode_texts(
     def batch_size_at(lo: int) -> int:  # longest first: the batch's first text sets its padded width
         return max(1, min(max_batch, token_budget // max(int(sorted_lengths[lo]), 1)))
 
-    with torch.inference_mode(), tqdm(total=len(texts), desc=desc, unit="text", disable=not show_progress, leave=False) as bar:
+    quiet = {} if show_progress else {"disable": True}  # shown: $TQDM_DISABLE still applies
+    with torch.inference_mode(), tqdm(total=len(texts), desc=desc, unit="text", leave=False, **quiet) as bar:
 
         def run(lo: int, hi: int) -> np.ndarray:
             rows = order[lo:hi]
