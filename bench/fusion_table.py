@@ -225,7 +225,7 @@ def main(argv=None) -> int:
         for metric in ("MRR", "R@1", "R@5", "R@10"):
             v = np.array([r[metric] for r in results])
             cells.append(f"{v.mean():.4f} ± {v.std(ddof=1) if len(v) > 1 else 0.0:.4f}" if learned else f"{v.mean():.4f}")
-        seed_arg = " --seed S" if learned else ""
+        seed_arg = " --fusion-opt seed=S --fusion-opt train_sample_seed=0" if learned else ""
         cmd = f"`python -m pipeline.run --dataset reqa_squad --split dev --retriever {spec}{seed_arg}`"
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {cmd} |")
     table = "\n".join(lines)
