@@ -416,10 +416,20 @@ def _get(ray, ref):
 
 
 def _raise_user_error(err: BaseException) -> None:
-    """Raise the ``UserError`` behind a Ray error (Ray wraps what its workers raise), if there is one."""
+    """Raise the ``UserError`` behind a Ray error, if there is one.
+
+    Ray re-raises a worker's exception as its own types; the original is kept
+    as ``cause`` (tasks) or only in the text of the remote traceback (Ray Data
+    wraps it in ``UserCodeException``), whose last line is
+    ``data.errors.UserError: <message>``.
+    """
     seen, hops = err, 0
     while seen is not None and hops < 20:
         for candidate in (seen, getattr(seen, "cause", None)):
             if isinstance(candidate, UserError):
                 raise UserError(str(candidate)) from None
         seen, hops = seen.__cause__ or seen.__context__, hops + 1
+    marker = "data.errors.UserError: "
+    for line in reversed(str(err).splitlines()):
+        if line.startswith(marker):
+            raise UserError(line[len(marker):]) from None

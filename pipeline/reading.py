@@ -100,7 +100,8 @@ def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer
     bertscore = None
     if "bert_f1" in wanted:
         wanted.remove("bert_f1")
-        bertscore = {"model": args.bertscore_model, "num_layers": args.bertscore_layers}
+        bertscore = {"model": args.bertscore_model, "num_layers": args.bertscore_layers,
+                     "device": None if args.device == "auto" else args.device}
     with timer("answer_metrics"):
         scores = answer_metrics(answers, qs.answers, language=queries.language, metrics=tuple(wanted), bertscore=bertscore)
     recall = np.array([bearing[q, : n[q]].any() for q in range(len(rows))])

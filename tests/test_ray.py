@@ -113,3 +113,13 @@ def test_ray_engine_equals_local_engine(squad_slice, local_ray, tmp_path):
     for level in ("sentence", "paragraph"):
         for name, value in metrics_a["retrieval"]["reqa"][level].items():
             assert metrics_b["retrieval"]["reqa"][level][name] == pytest.approx(value, abs=1e-6)
+
+    # a rerun of the same Ray command finds every shard and chunk done and writes the same bytes
+    before = {name: (b / name).read_bytes() for name in ("metrics.json", "predictions.json", "details.jsonl", "run.trec")}
+    try:
+        assert main([*flags(squad_slice, b), "--engine", "ray", "--ray-actors", "2"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    manifest = json.loads((b / "manifest.json").read_text())
+    assert manifest["embedding_shards"]["computed"] == 0 and manifest["reading"]["reads_done"] == 0
+    assert {name: (b / name).read_bytes() for name in before} == before
