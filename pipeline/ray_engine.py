@@ -295,11 +295,9 @@ class RayDenseRetriever(DenseRetriever):
     def encode_shards(self, texts, ranges):
         return self.engine_.encode_shards(self, texts, ranges)
 
-    def _encoder(self):
-        # the driver only encodes queries and reads the model's settings: it stays on what it has
-        from retrievers.encoder import load_sentence_encoder, resolve_device, resolve_encoder
-
-        return load_sentence_encoder(resolve_encoder(self.model), resolve_device("auto" if self.device != "cpu" else "cpu"))
+    def search_device(self) -> str:
+        # the driver encodes queries and holds the index: it uses what it has (GPUs are the actors')
+        return "cpu" if self.device == "cpu" else "auto"
 
     def encode_precision(self) -> str:
         return "cuda-autocast" if self.engine_.gpus_per_actor > 0 else "float32"

@@ -77,7 +77,7 @@ class DenseRetriever:
         self.shard_texts = shard_texts
 
     def _encoder(self):
-        return load_sentence_encoder(resolve_encoder(self.model), resolve_device(self.device))
+        return load_sentence_encoder(resolve_encoder(self.model), resolve_device(self.search_device()))
 
     def _texts(self, corpus: Corpus) -> list[str]:
         if self.field not in FIELDS:
@@ -121,6 +121,10 @@ class DenseRetriever:
         self.encode_stats_ = {"shards": len(ranges), "computed": len(missing), "reused": len(ranges) - len(missing)}
         return np.concatenate(parts, axis=0)
 
+    def search_device(self) -> str:
+        """Where queries are encoded and the FAISS index lives (this process)."""
+        return self.device
+
     def encode_precision(self) -> str:
         """How corpus texts are encoded (part of the cache key): fp32 on CPU, autocast on CUDA."""
         return "float32" if not resolve_device(self.device).startswith("cuda") else "cuda-autocast"
@@ -162,7 +166,7 @@ class DenseRetriever:
             raise UserError(f"dense index_type {self.index_type!r} unknown; use flat or hnsw")
         self._gpu_resources = None
         if self.index_type == "flat":
-            index, self._gpu_resources = _maybe_gpu(index, self.device)
+            index, self._gpu_resources = _maybe_gpu(index, self.search_device())
         index.add(emb)
         self._index = index
         self._size = len(corpus)
