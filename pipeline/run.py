@@ -256,7 +256,9 @@ def run(args, engine) -> int:
     saved = {}
     if hasattr(retriever, "to_dict"):
         saved["retriever"] = retriever.to_dict()
-    extra: dict = {"engine": engine.info()}
+    from retrievers.dense import default_shard_rows
+
+    extra: dict = {"engine": engine.info(), "shard_rows": default_shard_rows()}
     shards = embedding_shard_counts(retriever)
     if shards:
         extra["embedding_shards"] = shards
