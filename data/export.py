@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from data.io import atomic_path, sha256_text, write_jsonl
+from data.io import atomic_path, sha256_text, staged_outputs, write_jsonl
 from pipeline.cli import main_guard, make_out_dir, parse_with_config, write_manifest
 
 
@@ -61,8 +61,10 @@ def main(argv=None) -> int:
 
     ds = limit_queries(load_dataset(args.dataset, args.split, data_dir=args.data_dir, data_file=args.data_file), args.limit)
     out = make_out_dir(args.out, f"export-{args.dataset}-{args.split}")
-    counts = export_beir(ds, out)
-    write_manifest(out, command="data.export", config=vars(args), seed=None, sources=ds.sources, timings={}, extra={"counts": counts})
+    with staged_outputs(out, last="manifest.json") as stage:  # a failed export leaves nothing half-written
+        counts = export_beir(ds, stage)
+        write_manifest(stage, command="data.export", config=vars(args), seed=None, sources=ds.sources, timings={},
+                       extra={"counts": counts})
     print(f"wrote {counts['corpus']} documents, {counts['queries']} queries, {counts['qrels']} qrels to {out}")
     return 0
 

@@ -134,7 +134,6 @@ SQUAD_FILES = {
 def squad_dict(split: str, *, data_dir: Path | None, data_file: Path | None, skip_bad_records: bool = False):
     """The SQuAD v1.1 dict for ``split`` and its source file checksums."""
     from data.io import sha256_file
-    from data.squad import load_squad_json
 
     if split not in SQUAD_FILES:
         raise UserError(f"SQuAD has no split {split!r}; use dev or train")
@@ -150,7 +149,12 @@ def load_squad_any(split: str, *, data_dir, data_file, skip_bad_records=False) -
 
     path, digest = squad_dict(split, data_dir=data_dir, data_file=data_file)
     if path is not None:
-        return load_squad_json(path, skip_bad_records=skip_bad_records), {str(path): digest}
+        stats: dict = {}
+        squad = load_squad_json(path, skip_bad_records=skip_bad_records, stats=stats)
+        sources = {str(path): digest}
+        if skip_bad_records:
+            sources["skipped_records"] = stats.get("skipped_records", 0)
+        return squad, sources
     try:
         return squad_from_hub(split), {"hf:squad": split}
     except Exception as e:  # offline, or the datasets library cannot reach the hub
@@ -218,7 +222,11 @@ def load_squad_file(split, *, data_dir, data_file, arg=None, skip_bad_records=Fa
     digest = sha256_file(path)
 
     def build():
-        squad = load_squad_json(path, skip_bad_records=skip_bad_records)
-        return build_reqa(squad, name=f"squad_file:{path.name}", split=split, sources={str(path): digest})
+        stats: dict = {}
+        squad = load_squad_json(path, skip_bad_records=skip_bad_records, stats=stats)
+        sources = {str(path): digest}
+        if skip_bad_records:
+            sources["skipped_records"] = stats.get("skipped_records", 0)
+        return build_reqa(squad, name=f"squad_file:{path.name}", split=split, sources=sources)
 
     return cached_build(["squad_file", digest, skip_bad_records], build)

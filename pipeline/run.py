@@ -39,6 +39,7 @@ from pipeline.cli import (
 )
 
 TREC_DEPTH = 100
+LEARNED_FUSION = ("route", "mrrank")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -115,7 +116,10 @@ def retriever_options(args) -> dict:
     if args.encoder:
         dense["model"] = args.encoder
     bm25 = {"k1": args.bm25_k1, "b": args.bm25_b, "field": args.bm25_field}
-    return {"bm25": bm25, "dense": dense, "fusion": _fusion_options(args.fusion_opt)}
+    fusion = _fusion_options(args.fusion_opt)
+    if args.retriever.split(":", 1)[0] in LEARNED_FUSION:
+        fusion.setdefault("seed", str(args.seed))  # learned fusers follow the run's --seed
+    return {"bm25": bm25, "dense": dense, "fusion": fusion}
 
 
 def language_options(dataset, options: dict) -> dict:
@@ -280,6 +284,8 @@ def run(args, engine) -> int:
             saved["selector"] = selector.to_dict()
         if saved:
             write_json(stage / "selector.json" if "selector" in saved else stage / "learned.json", saved)
+        if callable(getattr(retriever, "save", None)):
+            retriever.save(stage / "retriever")  # fitted router / re-ranker, loadable with its load()
         write_json(stage / "metrics.json", metrics)
         sources = dict(dataset.sources)
         if train is not None:

@@ -82,7 +82,26 @@ def ensure_jvm() -> str:
         jnius_config.add_options("-Xms256m", "-Xmx" + os.environ.get("QA_JAVA_XMX", "4g"))
     import jnius  # noqa: F401  (starts the JVM with the options above)
 
+    _quiet_java_logging()
     return java_home
+
+
+def _quiet_java_logging() -> None:
+    """Lucene (java.util.logging) and Anserini (log4j2) log INFO lines to stderr: keep warnings only."""
+    from jnius import autoclass
+
+    try:
+        level = autoclass("java.util.logging.Level").WARNING
+        autoclass("java.util.logging.Logger").getLogger("").setLevel(level)
+        for handler in autoclass("java.util.logging.Logger").getLogger("").getHandlers():
+            handler.setLevel(level)
+    except Exception:  # logging is cosmetic: never fail a run over it
+        pass
+    try:
+        log4j_level = autoclass("org.apache.logging.log4j.Level").WARN
+        autoclass("org.apache.logging.log4j.core.config.Configurator").setRootLevel(log4j_level)
+    except Exception:
+        pass
 
 
 def import_pyserini_lucene():
