@@ -52,6 +52,16 @@ def test_bm25_regression_slice(bm25_run):
     assert r["R@1"] == pytest.approx(EXPECTED_BM25_300["R@1"], abs=0.004)
 
 
+def test_dense_regression_slice(tmp_path):
+    """2CR-style regression for the default dense encoder (all-MiniLM-L6-v2, exact FAISS)."""
+    out = tmp_path / "dense"
+    proc = run_cli("--dataset", "reqa_squad", "--split", "dev", "--retriever", "dense", "--limit", "300", "--depth", "100", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads((out / "metrics.json").read_text())["retrieval"]["reqa"]["sentence"]
+    assert r["MRR"] == pytest.approx(EXPECTED_DENSE_300["MRR"], abs=0.002)
+    assert r["R@1"] == pytest.approx(EXPECTED_DENSE_300["R@1"], abs=0.004)
+
+
 def test_trec_run_reads_back_to_the_same_metrics(bm25_run, reqa_dev):
     from eval.retrieval_metrics import reqa_metrics
     from pipeline.run import limit_queries
@@ -110,3 +120,4 @@ def test_export_beir_layout(tmp_path, reqa_dev):
 
 
 EXPECTED_BM25_300 = {"MRR": 0.5872, "R@1": 0.4780}  # python -m pipeline.run --retriever bm25 --limit 300 --depth 100
+EXPECTED_DENSE_300 = {"MRR": 0.5745, "R@1": 0.4136}  # python -m pipeline.run --retriever dense --limit 300 --depth 100
