@@ -83,9 +83,9 @@ def main() -> int:
         ("questions x N", f"{len(level.queries)} x {args.n} (corpus {args.size})"),
         ("read top N once: pairs", pairs),
         ("read top N once: s", round(t_read, 2)),
-        ("score every n 1..N + selectors: s", round(t_score, 3)),
+        ("score every n 1..N + selectors: s", round(t_score, 4)),
         ("ratio (read + score all n) / read", round((t_read + t_score) / t_read, 4)),
-        ("per-n answers_for_n loop on the same reads: s", round(t_loop, 3)),
+        ("per-n answers_for_n loop on the same reads: s", round(t_loop, 4)),
         ("re-reading top n for each n: pairs", naive_pairs),
         ("re-reading top n for each n: s (estimated)", round(t_read * naive_pairs / max(pairs, 1), 1)),
     ]

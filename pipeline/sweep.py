@@ -429,7 +429,7 @@ def run_sweep(args, out: Path, timer: Timer) -> dict:
     bar = tqdm(jobs, desc="sweep levels", unit="level")
     same_rows: dict[str, tuple[int, int]] = {}  # levels whose corpora (eval and train) are identical
     for size, seed in bar:
-        bar.set_postfix(size=size, seed=seed)
+        bar.set_postfix_str(f"size {size} seed {seed}")
         rows = corpus_levels(plan.n_pool, gold_rows(dataset.queries), [size], seed)[0]
         t_rows = None
         if not args.no_ordinal:
