@@ -25,6 +25,7 @@ LOADERS: dict[str, str] = {
     "reqa_squad": "data.registry:load_reqa_squad",
     "squad_file:": "data.registry:load_squad_file",
     "squad_open": "data.open_domain:load_squad_open",
+    "squad_open:": "data.open_domain:load_squad_open",
     "reqa_nq": "data.nq:load_reqa_nq",
     "beir:": "data.beir:load_beir",
     "mteb:": "data.beir:load_mteb",
