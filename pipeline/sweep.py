@@ -300,17 +300,12 @@ def sweep_retriever_options(args) -> dict:
 
 
 def make_reader(args):
-    from readers.extractive import ExtractiveReader
+    """``pipeline.run``'s reader, with reads reaching the cache every 1,024 pairs (an interrupted level resumes from them)."""
+    from pipeline.reading import make_reader as run_reader_for
 
-    return ExtractiveReader(
-        model=args.reader,
-        max_length=args.max_length,
-        stride=args.stride,
-        max_answer_tokens=args.max_answer_tokens,
-        batch_size=args.reader_batch_size,
-        device=args.device,
-        pairs_per_chunk=1024,  # reads reach the cache every 1,024 pairs: an interrupted level resumes from them
-    )
+    reader = run_reader_for(args)
+    reader.pairs_per_chunk = 1024
+    return reader
 
 
 # --------------------------------------------------------------- level files
