@@ -217,50 +217,30 @@ class RayEngine:
     # --------------------------------------------------------------- reading
     def read_pairs(self, reader, questions: Sequence[str], passages: Sequence[str], cache=None):
         """As ``reader.read_pairs``, with the pairs not in ``cache`` read by an actor pool, chunk by chunk."""
-        from readers.extractive import PassageReads
+        from readers.extractive import plan_reads
 
-        questions, passages = list(questions), list(passages)
-        if len(questions) != len(passages):
-            raise UserError(f"read_pairs: {len(questions)} questions but {len(passages)} passages (one per pair)")
         self._remote_reader_setup(reader)
-        keys = reader.pair_keys(questions, passages)
-        distinct: dict[str, int] = {}
-        row_of = np.array([distinct.setdefault(k, len(distinct)) for k in keys], dtype=np.int64)
-        dkeys = list(distinct)
-        first = np.unique(row_of, return_index=True)[1]
-        found = np.zeros(len(dkeys), bool)
-        score = np.full(len(dkeys), -np.inf, np.float32)
-        start = np.full(len(dkeys), -1, np.int64)
-        end = np.full(len(dkeys), -1, np.int64)
-        if cache is not None:
-            found, score, start, end = cache.lookup(dkeys)
-        blank = np.array([not passages[i].strip() for i in first], dtype=bool)
-        todo = np.flatnonzero(~found & ~blank)
-        chunks = [todo[lo : lo + reader.pairs_per_chunk] for lo in range(0, len(todo), reader.pairs_per_chunk)]
+        plan = plan_reads(reader, questions, passages, cache)
+        chunks = plan.chunks(reader.pairs_per_chunk)
         if chunks:
             ray = self.start()
             from tqdm.auto import tqdm
 
-            items = [
-                {"chunk": c, "questions": [questions[first[r]] for r in rows], "passages": [passages[first[r]] for r in rows]}
-                for c, rows in enumerate(chunks)
-            ]
+            items = []
+            for c, rows in enumerate(chunks):
+                qs, ps = plan.texts(rows)
+                items.append({"chunk": c, "questions": qs, "passages": ps})
             ds = ray.data.from_items(items, override_num_blocks=len(items))
             out = ds.map_batches(
                 _ReadActor, batch_size=1, compute=self._pool(len(items)),
                 fn_constructor_kwargs={"params": self._actor_reader_params(reader)}, **self._remote_args(),
             )
-            with tqdm(total=len(todo), desc="reading (ray)", unit="pair", leave=False) as bar:
+            with tqdm(total=len(plan.todo), desc="reading (ray)", unit="pair", leave=False) as bar:
                 for row in _rows(out):
                     rows = chunks[int(row["chunk"])]
-                    s, b, e = _from_bytes(row["score"]), _from_bytes(row["start"]), _from_bytes(row["end"])
-                    score[rows], start[rows], end[rows] = s, b, e
-                    if cache is not None:
-                        cache.add([dkeys[r] for r in rows], s, b, e)
+                    plan.store(rows, _from_bytes(row["score"]), _from_bytes(row["start"]), _from_bytes(row["end"]), cache)
                     bar.update(len(rows))
-        score, start, end = score[row_of], start[row_of], end[row_of]
-        text = [p[b:e] if b >= 0 else "" for p, b, e in zip(passages, start.tolist(), end.tolist())]
-        return PassageReads(text=text, score=score, start_char=start, end_char=end, n_read=int(len(todo)), n_reused=int(found.sum()))
+        return plan.result()
 
     def prepare_reader(self, reader):
         """Check the reader (parameters, model, QA head) without loading it: the actors load it."""

@@ -150,6 +150,66 @@ class ReadCache:
             self._index[k] = base + i
 
 
+@dataclass
+class ReadPlan:
+    """The reads a ``read_pairs`` call needs: distinct pairs, what the cache already holds, what is left.
+
+    Duplicate pairs are read once: ``row_of[i]`` is pair i's row among the
+    distinct ``keys`` and ``first[r]`` the first pair of distinct row r.
+    Engines (local, Ray) read the rows of :meth:`chunks` their own way, hand
+    each chunk's spans to :meth:`store`, then take :meth:`result`.
+    """
+
+    questions: list[str]
+    passages: list[str]
+    keys: list[str]
+    row_of: np.ndarray
+    first: np.ndarray
+    found: np.ndarray
+    score: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    todo: np.ndarray
+
+    def chunks(self, size: int) -> list[np.ndarray]:
+        return [self.todo[lo : lo + size] for lo in range(0, len(self.todo), size)]
+
+    def texts(self, rows) -> tuple[list[str], list[str]]:
+        return [self.questions[self.first[r]] for r in rows], [self.passages[self.first[r]] for r in rows]
+
+    def store(self, rows, score, start, end, cache: "ReadCache | None" = None) -> None:
+        self.score[rows], self.start[rows], self.end[rows] = score, start, end
+        if cache is not None:
+            cache.add([self.keys[r] for r in rows], score, start, end)
+
+    def result(self) -> PassageReads:
+        score, start, end = self.score[self.row_of], self.start[self.row_of], self.end[self.row_of]
+        text = [p[b:e] if b >= 0 else "" for p, b, e in zip(self.passages, start.tolist(), end.tolist())]
+        return PassageReads(text=text, score=score, start_char=start, end_char=end,
+                            n_read=int(len(self.todo)), n_reused=int(self.found.sum()))
+
+
+def plan_reads(reader: "ExtractiveReader", questions, passages, cache: "ReadCache | None" = None) -> ReadPlan:
+    """Key the pairs, drop duplicates, look them up in ``cache``: what is left to read (blank passages never are)."""
+    questions = _as_texts(questions, "questions")
+    passages = _as_texts(passages, "passages")
+    if len(questions) != len(passages):
+        raise UserError(f"read_pairs: {len(questions)} questions but {len(passages)} passages (one per pair)")
+    distinct: dict[str, int] = {}
+    row_of = np.array([distinct.setdefault(k, len(distinct)) for k in reader.pair_keys(questions, passages)], dtype=np.int64)
+    keys = list(distinct)
+    first = np.unique(row_of, return_index=True)[1]
+    found = np.zeros(len(keys), bool)
+    score = np.full(len(keys), -np.inf, np.float32)
+    start = np.full(len(keys), -1, np.int64)
+    end = np.full(len(keys), -1, np.int64)
+    if cache is not None:
+        found, score, start, end = cache.lookup(keys)
+    blank = np.array([not passages[i].strip() for i in first], dtype=bool)
+    todo = np.flatnonzero(~found & ~blank)
+    return ReadPlan(questions, passages, keys, row_of, first, found, score, start, end, todo)
+
+
 class ExtractiveReader:
     """Reads the best answer span of (question, passage) pairs with a QA checkpoint.
 
@@ -368,42 +428,19 @@ class ExtractiveReader:
         With a ``cache``, pairs already read (same model, parameters and texts)
         are taken from it and new reads are added to it.
         """
-        questions = _as_texts(questions, "questions")
-        passages = _as_texts(passages, "passages")
-        if len(questions) != len(passages):
-            raise UserError(f"read_pairs: {len(questions)} questions but {len(passages)} passages (one per pair)")
-        keys = self.pair_keys(questions, passages)
-        # duplicate pairs are read once: row_of[i] is pair i's row among the distinct keys
-        distinct: dict[str, int] = {}
-        row_of = np.array([distinct.setdefault(k, len(distinct)) for k in keys], dtype=np.int64)
-        dkeys = list(distinct)
-        first = np.unique(row_of, return_index=True)[1]  # first pair of each distinct key
-        found = np.zeros(len(dkeys), bool)
-        score = np.full(len(dkeys), -np.inf, np.float32)
-        start = np.full(len(dkeys), -1, np.int64)
-        end = np.full(len(dkeys), -1, np.int64)
-        if cache is not None:
-            found, score, start, end = cache.lookup(dkeys)
-        blank = np.array([not passages[i].strip() for i in first], dtype=bool)
-        todo = np.flatnonzero(~found & ~blank)
-        if len(todo):
+        plan = plan_reads(self, questions, passages, cache)
+        chunks = plan.chunks(self.pairs_per_chunk)
+        if chunks:
             self.load()
             bar = _progress_bar(self.progress)
             try:
-                for lo in range(0, len(todo), self.pairs_per_chunk):
-                    rows = todo[lo : lo + self.pairs_per_chunk]
-                    qs = [questions[first[r]] for r in rows]
-                    ps = [passages[first[r]] for r in rows]
-                    s, b, e = self._read_chunk(qs, ps, bar)
-                    score[rows], start[rows], end[rows] = s, b, e
-                    if cache is not None:
-                        cache.add([dkeys[r] for r in rows], s, b, e)
+                for rows in chunks:
+                    s, b, e = self._read_chunk(*plan.texts(rows), bar)
+                    plan.store(rows, s, b, e, cache)
             finally:
                 if bar is not None:
                     bar.close()
-        score, start, end = score[row_of], start[row_of], end[row_of]
-        text = [p[b:e] if b >= 0 else "" for p, b, e in zip(passages, start.tolist(), end.tolist())]
-        return PassageReads(text=text, score=score, start_char=start, end_char=end, n_read=int(len(todo)), n_reused=int(found.sum()))
+        return plan.result()
 
     def _cut_questions(self, questions: list[str]) -> list[str]:
         """Questions longer than ``max_question_tokens`` cut to that many tokens."""
