@@ -33,7 +33,6 @@ from pipeline.cli import (
     main_guard,
     make_out_dir,
     parse_with_config,
-    peak_rss_mb,
     print_table,
     write_manifest,
 )
@@ -346,11 +345,7 @@ def skipped_records(dataset) -> int | None:
 def retrieval_metrics(ranking, dataset) -> dict:
     from eval.retrieval_metrics import reqa_metrics
 
-    result = {}
-    if dataset.level == "sentence" or dataset.level == "paragraph":
-        result["reqa"] = reqa_metrics(ranking, dataset.queries, dataset.corpus)
-    else:
-        result["reqa"] = reqa_metrics(ranking, dataset.queries, dataset.corpus)
+    result = {"reqa": reqa_metrics(ranking, dataset.queries, dataset.corpus)}
     if dataset.queries.gold_grades is not None:
         from eval.beir_metrics import beir_metrics
 

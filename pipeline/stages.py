@@ -6,8 +6,6 @@ retrieve -> passages to read -> read the top N once -> answers for any n.
 
 from __future__ import annotations
 
-import re
-import string
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -97,17 +95,10 @@ def passages_for(ranking: Ranking, corpus: Corpus, depth: int, unit: str = "sent
 
 
 # ------------------------------------------------------------ answer overlap
-_PUNCT = set(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-
-
-def _norm(text: str) -> str:
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
-    return " ".join(_ARTICLES.sub(" ", text).split())
-
-
 def answer_bearing(passages: Passages, answers: Sequence[Sequence[str]], language: str = "en") -> np.ndarray:
     """``[Q, N]`` bool: passage j of query q contains a gold answer (normalized, whole tokens)."""
+    from eval.answer_metrics import normalize_answer as _norm  # official SQuAD normalization
+
     out = np.zeros(passages.keys.shape, dtype=bool)
     for q, (row, golds) in enumerate(zip(passages.texts, answers)):
         if language == "en":

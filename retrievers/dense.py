@@ -12,7 +12,6 @@ key made of the model fingerprint, encoding parameters and the texts.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np

@@ -1,6 +1,5 @@
 """ReQA SQuAD built exactly as ReQA's reference code builds it."""
 
-import numpy as np
 import pytest
 
 from data.errors import UserError

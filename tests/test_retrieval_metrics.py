@@ -1,7 +1,7 @@
 """ReQA metrics on hand-computed cases and against scipy's rankdata."""
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from scipy.stats import rankdata
 
