@@ -38,6 +38,29 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("data", "retrievers", "readers", "pipeline", "eval", "selection")
 
 
+def keep_jvm_signal_handlers() -> None:
+    """Stop ``ray.init`` from taking SIGSEGV away from a JVM in this process (call before it).
+
+    Ray's core worker installs its C++ failure-signal handler at ``ray.init``,
+    over whatever is there.  In a driver whose JVM (Pyserini) is already
+    running, that handler then receives the JVM's deliberate SIGSEGVs (implicit
+    null checks, stack banging) and kills the process: an intermittent
+    "Fatal Python error: Segmentation fault".  Ray's own switch,
+    ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER``, turns the handler off; it is read
+    when ``ray`` is imported, so the constant is set too in case ``ray`` was
+    imported earlier.  Local workers inherit the variable.  Python's
+    faulthandler is enabled before the JVM starts (:mod:`retrievers.java`), so
+    ray does not install that one over the JVM either.
+    """
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+    try:
+        from ray._private import ray_constants
+    except ImportError:  # a Ray without this module has no such switch
+        return
+    if os.environ["RAY_DISABLE_FAILURE_SIGNAL_HANDLER"] not in ("0", "false", "False"):
+        ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+
+
 class RayEngine:
     """Dense encoding and reading on Ray actor pools, BM25 search on Ray tasks.
 
@@ -95,6 +118,7 @@ class RayEngine:
         if not ray.is_initialized():
             address = self.address or os.environ.get("RAY_ADDRESS") or None
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+            keep_jvm_signal_handlers()
             try:
                 if address:
                     # the cluster's Python needs our third-party packages; our own code travels with the job

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import glob
 import importlib.util
+import io
 import os
 import re
 import subprocess
@@ -80,10 +81,31 @@ def ensure_jvm() -> str:
         if _has_module(java_home, "jdk.incubator.vector"):
             jnius_config.add_options("--add-modules=jdk.incubator.vector")
         jnius_config.add_options("-Xms256m", "-Xmx" + os.environ.get("QA_JAVA_XMX", "4g"))
+    _enable_faulthandler_before_the_jvm()
     import jnius  # noqa: F401  (starts the JVM with the options above)
 
     _quiet_java_logging()
     return java_home
+
+
+def _enable_faulthandler_before_the_jvm() -> None:
+    """Enable Python's faulthandler now, so that the JVM installs its signal handlers over it.
+
+    The JVM raises SIGSEGV on purpose (implicit null checks, stack banging) and
+    handles it itself, passing on only faults outside Java.  A handler installed
+    *after* the JVM starts takes those signals away from it and turns a routine
+    event into a crash.  ``ray.init`` enables faulthandler when it is not yet
+    enabled, so a Ray driver that already holds a JVM would do exactly that;
+    enabled here first, faulthandler stays underneath the JVM's handler and
+    still reports real crashes (see also :func:`pipeline.ray_engine.keep_jvm_signal_handlers`).
+    """
+    import faulthandler
+
+    if not faulthandler.is_enabled():
+        try:
+            faulthandler.enable()
+        except (AttributeError, ValueError, io.UnsupportedOperation):  # stderr without a file descriptor
+            pass
 
 
 def _quiet_java_logging() -> None:

@@ -15,6 +15,7 @@ import zipfile
 import numpy as np
 import pytest
 
+from pipeline.ray_engine import keep_jvm_signal_handlers
 from tests.conftest import DATA, READER, ROOT
 
 ray = pytest.importorskip("ray")
@@ -44,6 +45,7 @@ def local_ray(tmp_path_factory):
     cache = tmp_path_factory.mktemp("ray-cache")
     saved = {k: os.environ.get(k) for k in ("QA_CACHE_DIR", "QA_SHARD_ROWS")}
     os.environ.update(QA_CACHE_DIR=str(cache), QA_SHARD_ROWS=SHARD_ROWS)
+    keep_jvm_signal_handlers()  # this process already runs a JVM (earlier BM25 tests)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         yield cache
@@ -54,6 +56,46 @@ def local_ray(tmp_path_factory):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+SIGSEGV_OWNER = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None)
+class Sigaction(ctypes.Structure):  # glibc's struct sigaction on Linux
+    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
+class DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p), ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+def owner():
+    action, info = Sigaction(), DlInfo()
+    libc.sigaction(11, None, ctypes.byref(action))
+    libc.dladdr(ctypes.c_void_p(action.handler), ctypes.byref(info))
+    return os.path.basename((info.fname or b"?").decode())
+import ray  # imported before the JVM, as a test module or a notebook would
+from retrievers.java import import_pyserini_lucene
+from pipeline.ray_engine import RayEngine
+import_pyserini_lucene()
+before = owner()
+engine = RayEngine(actors=1)
+engine.start()
+after = owner()
+engine.close()
+print(before, after)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads glibc's sigaction")
+def test_starting_ray_leaves_the_jvms_sigsegv_handler_in_place(tmp_path):
+    """A Ray driver that already runs a JVM keeps the JVM's SIGSEGV handler.
+
+    Without it the JVM's deliberate SIGSEGVs hit Ray's failure handler and the
+    process dies at random ("Fatal Python error: Segmentation fault").
+    """
+    env = dict(os.environ, QA_CACHE_DIR=str(tmp_path))
+    env.pop("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", None)
+    done = subprocess.run([sys.executable, "-c", SIGSEGV_OWNER], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after = done.stdout.split()[-2:]
+    assert before == after == "libjvm.so"
 
 
 def read_trec(path):
