@@ -33,6 +33,7 @@ def make_reader(args):
         batch_size=args.reader_batch_size,
         max_batch_tokens=getattr(args, "reader_token_budget", None),
         device=args.device,
+        dtype=getattr(args, "reader_dtype", "auto"),
         num_threads=getattr(args, "threads", None),
         pairs_per_chunk=default_shard_rows(),
     )

@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stride", type=int, default=128)
     g.add_argument("--max-answer-tokens", type=int, default=30)
     g.add_argument("--reader-batch-size", type=int, default=32)
+    g.add_argument("--reader-dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="reader precision: auto (bf16/fp16 autocast on CUDA, float32 on CPU), float32, bfloat16 (autocast; fast on CPUs with native bf16), float16")
     g.add_argument("--mu", type=float, default=1.0, help="BERTserini interpolation: (1-mu)*retriever + mu*reader")
     g.add_argument("--read-cache", help="directory of cached reads (default: <out>/reads)")
     g = p.add_argument_group("selectors")

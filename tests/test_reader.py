@@ -152,6 +152,22 @@ def test_cache_reuses_every_read_with_identical_outputs(squad_dev, reader, tmp_p
     assert len(ReadCache(tmp_path)) == 11
 
 
+def test_bfloat16_on_cpu_mostly_agrees_with_float32_and_is_cached_apart(squad_dev, reader, tmp_path):
+    """``dtype="bfloat16"`` (autocast on the CPU) reads nearly the same spans; its reads never mix with fp32's."""
+    rows, _ = squad_dev
+    questions, passages = [r[0] for r in rows], [r[1] for r in rows]
+    half = ExtractiveReader(str(READER), dtype="bfloat16", progress=False)
+    assert half.pair_keys(questions[:3], passages[:3]) != reader.pair_keys(questions[:3], passages[:3])
+    exact = reader.read_pairs(questions, passages)
+    fast = half.read_pairs(questions, passages, cache=ReadCache(tmp_path))
+    for text, passage, start, end in zip(fast.text, passages, fast.start_char, fast.end_char):
+        assert passage[start:end] == text
+    same = np.mean([a == b for a, b in zip(exact.text, fast.text)])
+    assert same >= 0.9, same
+    assert np.corrcoef(exact.score, fast.score)[0, 1] > 0.99
+    assert (ExtractiveReader(str(READER), progress=False).read_pairs(questions[:2], passages[:2], cache=ReadCache(tmp_path)).n_reused) == 0
+
+
 def test_alias_offline_is_a_one_line_user_error(tmp_path, monkeypatch):
     import huggingface_hub.constants as hub
 
