@@ -164,6 +164,14 @@ def test_cli_end_to_end_and_resume(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["command"] == "pipeline.sweep" and manifest["config"]["n"] == "1-3"
     assert summary["reads"]["done"] > 0
+    # the README tables of a sweep (python -m pipeline.sweep_report OUT)
+    from pipeline.sweep_report import report
+
+    size_lines, regret_lines = [[l for l in part.splitlines()[2:]] for part in report(out, [1, 3]).split("\n\n")]
+    assert [l.split(" | ")[0] for l in size_lines] == [f"| {s:,}" for s in sizes]
+    assert size_lines[0].split(" | ")[5] == f"{float(top[(sizes[0], 1)]['em']):.2f}"
+    best_fixed = summary["regret"]["best_fixed"]
+    assert f"`{best_fixed['system']}` | {summary['regret']['systems'][best_fixed['system']]['mean']:.2f} |" in regret_lines[0]
 
     # again with one more corpus size: the old sizes come from their saved results, the new
     # one reads only the passages no smaller size had in its top n

@@ -1,0 +1,115 @@
+"""Markdown tables of a finished sweep: ``python -m pipeline.sweep_report DIR``.
+
+Reads ``summary.csv`` and ``summary.json`` written by :mod:`pipeline.sweep`
+and prints the two tables README shows for a sweep: per corpus size, answer
+recall@n, answer-bearing passages in the top N and EM of fixed n next to the
+best system; then the regret of the best fixed n, the best threshold, the
+ordinal selector, a few fixed n and the oracle (Kratzwald & Feuerriegel 2018,
+"Adaptive Document Retrieval for Deep Question Answering").
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+from data.errors import UserError
+from pipeline.cli import main_guard
+
+
+def load_summary(out: str | Path) -> tuple[dict, dict[tuple[int, str], dict]]:
+    """(summary.json, summary.csv rows keyed by (corpus size, system)) of a sweep directory."""
+    out = Path(out)
+    for name in ("summary.json", "summary.csv"):
+        if not (out / name).is_file():
+            raise UserError(f"{out / name}: not found (is {out} the --out directory of a finished sweep?)")
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except json.JSONDecodeError as err:
+        raise UserError(f"{out / 'summary.json'}: not valid JSON ({err.msg}, line {err.lineno})") from None
+    rows: dict[tuple[int, str], dict] = {}
+    with open(out / "summary.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            try:
+                rows[(int(row["corpus_size"]), row["system"])] = row
+            except (KeyError, ValueError):
+                raise UserError(f"{out / 'summary.csv'}: rows need corpus_size and system columns") from None
+    return summary, rows
+
+
+def size_table(summary: dict, rows: dict, ns: list[int]) -> str:
+    """Per corpus size: answer recall@n, answer-bearing count in the top N, EM of top-n, best system."""
+    n_max = int(summary["n_max"])
+    ns = [n for n in ns if n <= n_max] or [n_max]
+    head = (["corpus", "noise ×"] + [f"answer recall@{n}" for n in ns] + [f"answer-bearing in top {n_max}"]
+            + [f"EM top-{n}" for n in ns] + ["best n", "best system (EM)"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for size, ratio in zip(summary["corpus_sizes"], summary["noise_ratios"]):
+        def get(system, column):
+            row = rows.get((size, system))
+            if row is None:
+                raise UserError(f"summary.csv: no row for corpus size {size}, system {system}")
+            return float(row[column])
+
+        best = summary["best_n"][str(size)]
+        best_system = best.get("best_system", f"top:{best['n']}")
+        cells = [f"{size:,}", f"{ratio:.1f}"]
+        cells += [f"{get(f'top:{n}', 'answer_recall_mean'):.3f}" for n in ns]
+        cells += [f"{get(f'top:{n_max}', 'answer_bearing_mean'):.2f}"]
+        cells += [f"{get(f'top:{n}', 'em_mean'):.2f}" for n in ns]
+        cells += [str(best["n"]), f"{best_system} ({get(best_system, 'em_mean'):.2f})"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def regret_table(summary: dict, fixed: list[int]) -> str:
+    """Regret (EM points) of the headline systems, with the bootstrap interval."""
+    regret = summary["regret"]
+    systems = regret["systems"]
+    picks = [("best fixed n", regret["best_fixed"]["system"]), ("best threshold", regret["best_threshold"]["system"]),
+             ("ordinal regression", regret["ordinal"]["system"])]
+    picks += [(f"top-{n}", f"top:{n}") for n in fixed if f"top:{n}" in systems]
+    picks += [("oracle (reads to the first answer-bearing passage)", "oracle")]
+    lines = [f"| system | spec | regret ({regret['weighting']}) | 95% interval | uniform mean |", "|---|---|---|---|---|"]
+    for label, system in picks:
+        info = systems.get(system)
+        if info is None:
+            continue
+        low, high = info["ci95"]
+        lines.append(f"| {label} | `{system}` | {info['mean']:.2f} | [{low:.2f}, {high:.2f}] | {info['uniform_mean']:.2f} |")
+    return "\n".join(lines)
+
+
+def report(out: str | Path, ns: list[int] = (1, 5, 10, 20)) -> str:
+    summary, rows = load_summary(out)
+    return "\n\n".join([size_table(summary, rows, list(ns)), regret_table(summary, list(ns))])
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipeline.sweep_report", description=__doc__.split("\n")[0])
+    p.add_argument("out", help="the --out directory of a finished pipeline.sweep")
+    p.add_argument("--n", type=_int_list, default=[1, 5, 10, 20], help="fixed n shown in the tables (default 1,5,10,20)")
+    return p
+
+
+@main_guard
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    print(report(args.out, args.n))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
