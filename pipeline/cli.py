@@ -43,6 +43,43 @@ def main_guard(main: Callable[[list[str] | None], int]) -> Callable[[list[str] |
     return wrapped
 
 
+TEXT_FIELDS = ["sentence", "sentence+context", "context"]
+READER_DTYPES = ["auto", "float32", "bfloat16", "float16"]
+
+
+def add_source_args(group) -> None:
+    """Where a dataset comes from (``pipeline.run`` and ``pipeline.sweep``)."""
+    group.add_argument("--split", default="dev")
+    group.add_argument("--data-dir", help="local data directory (default: $QA_DATA_DIR)")
+    group.add_argument("--data-file", help="explicit dataset file")
+    group.add_argument("--skip-bad-records", action="store_true", help="skip (and count) invalid records instead of failing")
+
+
+def add_retriever_options(group) -> None:
+    """Options of the retrievers a ``--retriever`` spec names (BM25, dense, fusion)."""
+    group.add_argument("--bm25-k1", type=float, default=0.9)
+    group.add_argument("--bm25-b", type=float, default=0.4)
+    group.add_argument("--bm25-field", default="sentence", choices=TEXT_FIELDS)
+    group.add_argument("--encoder", help="dense encoder name or path (default all-MiniLM-L6-v2, offline)")
+    group.add_argument("--dense-field", default="sentence", choices=TEXT_FIELDS)
+    group.add_argument("--dense-index", default="flat", choices=["flat", "hnsw"])
+    group.add_argument("--fusion-opt", action="append", default=[], metavar="KEY=VALUE", help="option of a fused retriever (repeatable)")
+
+
+def add_reader_options(group) -> None:
+    """How the extractive reader reads (windows, spans, batches, precision, score interpolation, cache)."""
+    group.add_argument("--max-length", type=int, default=384)
+    group.add_argument("--stride", type=int, default=128)
+    group.add_argument("--max-answer-tokens", type=int, default=30)
+    group.add_argument("--reader-batch-size", type=int, default=32, help="most windows per forward pass (halved on CUDA out-of-memory)")
+    group.add_argument("--reader-token-budget", type=int, help="also cap windows x padded length per forward pass")
+    group.add_argument("--reader-dtype", default="auto", choices=READER_DTYPES,
+                       help="reader precision: auto (bf16/fp16 autocast on CUDA, float32 on CPU), float32, "
+                            "bfloat16 (autocast; fast on CPUs with native bf16), float16")
+    group.add_argument("--mu", type=float, default=1.0, help="BERTserini interpolation: (1-mu)*retriever + mu*reader")
+    group.add_argument("--read-cache", help="directory of cached reads (default: <out>/reads)")
+
+
 def load_config(path: str | None) -> dict[str, Any]:
     """Flags from a YAML or TOML file (keys are flag names, ``-`` or ``_``)."""
     if not path:

@@ -29,6 +29,9 @@ from data.errors import UserError
 from data.io import write_json
 from pipeline.cli import (
     Timer,
+    add_reader_options,
+    add_retriever_options,
+    add_source_args,
     jsonable_config,
     main_guard,
     make_out_dir,
@@ -53,36 +56,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="YAML or TOML file with any of these flags")
     g = p.add_argument_group("data")
     g.add_argument("--dataset", default="reqa_squad", help="reqa_squad, reqa_nq, squad_open, beir:NAME, mteb:NAME, iapp_wiki_qa_squad, squad_file:PATH")
-    g.add_argument("--split", default="dev")
-    g.add_argument("--data-dir", help="local data directory (default: $QA_DATA_DIR)")
-    g.add_argument("--data-file", help="explicit dataset file")
+    add_source_args(g)
     g.add_argument("--limit", type=int, help="evaluate only the first N questions")
-    g.add_argument("--skip-bad-records", action="store_true", help="skip (and count) invalid records instead of failing")
     g = p.add_argument_group("retrieval")
     g.add_argument("--retriever", default="bm25", help="bm25, dense[:MODEL], or METHOD:a+b (rrf, fuse-minmax, fuse-zscore, fuse-sum, route, route-stat, mrrank)")
     g.add_argument("--depth", type=int, default=1000, help="results retrieved per query (metrics are computed within it)")
-    g.add_argument("--bm25-k1", type=float, default=0.9)
-    g.add_argument("--bm25-b", type=float, default=0.4)
-    g.add_argument("--bm25-field", default="sentence", choices=["sentence", "sentence+context", "context"])
-    g.add_argument("--encoder", help="dense encoder name or path (default all-MiniLM-L6-v2, offline)")
-    g.add_argument("--dense-field", default="sentence", choices=["sentence", "sentence+context", "context"])
-    g.add_argument("--dense-index", default="flat", choices=["flat", "hnsw"])
+    add_retriever_options(g)
     g.add_argument("--encoder-token-budget", type=int, default=16384, help="padded tokens per encoder batch (halved on CUDA out-of-memory)")
-    g.add_argument("--fusion-opt", action="append", default=[], metavar="KEY=VALUE", help="option of a fused retriever (repeatable)")
     g.add_argument("--train-split", default="train", help="split that learned retrievers/selectors are fitted on")
     g.add_argument("--train-limit", type=int, default=5000, help="questions of the training split used for fitting selectors")
     g = p.add_argument_group("reading")
     g.add_argument("--reader", help="QA checkpoint path or alias (bert-base, bert-large, distilbert); omit for retrieval only")
     g.add_argument("--selector", default="top:5", help="top:N, threshold:THETA[,TAU], ordinal[:TAU], oracle")
     g.add_argument("--read-unit", default="sentence", choices=["sentence", "paragraph"])
-    g.add_argument("--max-length", type=int, default=384)
-    g.add_argument("--stride", type=int, default=128)
-    g.add_argument("--max-answer-tokens", type=int, default=30)
-    g.add_argument("--reader-batch-size", type=int, default=32, help="most windows per forward pass (halved on CUDA out-of-memory)")
-    g.add_argument("--reader-dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="reader precision: auto (bf16/fp16 autocast on CUDA, float32 on CPU), float32, bfloat16 (autocast; fast on CPUs with native bf16), float16")
-    g.add_argument("--reader-token-budget", type=int, help="also cap windows x padded length per forward pass")
-    g.add_argument("--mu", type=float, default=1.0, help="BERTserini interpolation: (1-mu)*retriever + mu*reader")
+    add_reader_options(g)
     g.add_argument("--metrics", default="em,f1,rouge_l,meteor", help="answer metrics (add bert_f1 for BERTScore)")
     g.add_argument("--bertscore-model", help="BERTScore model name or path (default roberta-large)")
     g.add_argument("--bertscore-layers", type=int, help="BERTScore layer")
@@ -91,7 +78,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
     g.add_argument("--threads", type=int, help="CPU threads for torch (default: the cores this process may use)")
     g.add_argument("--seed", type=int, default=13)
-    g.add_argument("--read-cache", help="directory of cached reader outputs (default: <out>/reads)")
     g = p.add_argument_group("engine")
     g.add_argument("--engine", default="local", help="local (this process) or ray (encoding, reading and BM25 search on Ray)")
     g.add_argument("--ray-address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray instance)")

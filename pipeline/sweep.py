@@ -44,7 +44,18 @@ import numpy as np
 
 from data.errors import UserError
 from data.io import atomic_path, sha256_text, write_json
-from pipeline.cli import Timer, jsonable_config, main_guard, make_out_dir, parse_with_config, print_table, write_manifest
+from pipeline.cli import (
+    Timer,
+    add_reader_options,
+    add_retriever_options,
+    add_source_args,
+    jsonable_config,
+    main_guard,
+    make_out_dir,
+    parse_with_config,
+    print_table,
+    write_manifest,
+)
 
 SWEEP_VERSION = "2"
 DEFAULT_THETAS = "0.5:0.95:0.05"
@@ -56,36 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="YAML or TOML file with any of these flags")
     g = p.add_argument_group("data")
     g.add_argument("--dataset", default="squad_open", help="squad_open (paragraphs), reqa_squad (sentences), any dataset with answers")
-    g.add_argument("--split", default="dev")
-    g.add_argument("--data-dir", help="local data directory (default: $QA_DATA_DIR)")
-    g.add_argument("--data-file", help="explicit dataset file")
+    add_source_args(g)
     g.add_argument("--every", type=int, help="evaluate every K-th question (spread over all articles), before --limit")
     g.add_argument("--limit", type=int, help="evaluate only the first N questions (the corpus keeps their gold rows)")
-    g.add_argument("--skip-bad-records", action="store_true")
     g.add_argument("--corpus-sizes", default="x1,x2,x5,all", help="counts, noise ratios xR (R times the gold rows) or all, e.g. 2067,5000,10000,all or x1,x2,x5,x10")
     g.add_argument("--seeds", default="1", help="number of noise samples K (seeds 1..K) or a list of seeds, e.g. 3,7")
     g = p.add_argument_group("retrieval")
     g.add_argument("--retriever", default="bm25", help="bm25, dense[:MODEL] or METHOD:a+b (see pipeline.run)")
     g.add_argument("--depth", type=int, help="results retrieved per question (default: N, or max(5N, 100) when reading paragraphs of sentence hits)")
-    g.add_argument("--bm25-k1", type=float, default=0.9)
-    g.add_argument("--bm25-b", type=float, default=0.4)
-    g.add_argument("--bm25-field", default="sentence", choices=["sentence", "sentence+context", "context"])
-    g.add_argument("--encoder", help="dense encoder name or path")
-    g.add_argument("--dense-field", default="sentence", choices=["sentence", "sentence+context", "context"])
-    g.add_argument("--dense-index", default="flat", choices=["flat", "hnsw"])
-    g.add_argument("--fusion-opt", action="append", default=[], metavar="KEY=VALUE")
+    add_retriever_options(g)
     g = p.add_argument_group("reading")
     g.add_argument("--reader", required=False, help="QA checkpoint path or alias (required)")
     g.add_argument("--n", default="1-20", help="passages read: N or A-B; every n in 1..B is scored, rows for A..B are written")
     g.add_argument("--read-unit", default="sentence", choices=["sentence", "paragraph"], help="what a passage is (squad_open: both are the paragraph)")
-    g.add_argument("--max-length", type=int, default=384)
-    g.add_argument("--stride", type=int, default=128)
-    g.add_argument("--max-answer-tokens", type=int, default=30)
-    g.add_argument("--reader-batch-size", type=int, default=32)
-    g.add_argument("--reader-dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="reader precision: auto (bf16/fp16 autocast on CUDA, float32 on CPU), float32, bfloat16 (autocast; fast on CPUs with native bf16), float16")
-    g.add_argument("--mu", type=float, default=1.0, help="BERTserini interpolation: (1-mu)*retriever + mu*reader")
-    g.add_argument("--read-cache", help="directory of cached reads (default: <out>/reads)")
+    add_reader_options(g)
     g = p.add_argument_group("selectors")
     g.add_argument("--thetas", default=DEFAULT_THETAS, help="threshold θ grid: START:STOP:STEP or a list (default 0.5:0.95:0.05)")
     g.add_argument("--tau", type=int, help="τ of threshold and ordinal (default min(25, N))")
