@@ -144,18 +144,23 @@ def squad_dict(split: str, *, data_dir: Path | None, data_file: Path | None, ski
     return None, None
 
 
-def load_squad_any(split: str, *, data_dir, data_file, skip_bad_records=False) -> tuple[dict, dict]:
-    """Load SQuAD v1.1 (local file, else the hub); returns (squad dict, sources)."""
+def load_squad_counted(path: Path, digest: str, skip_bad_records: bool = False) -> tuple[dict, dict]:
+    """A local SQuAD file and its sources; with ``skip_bad_records``, how many records were skipped."""
     from data.squad import load_squad_json
 
+    stats: dict = {}
+    squad = load_squad_json(path, skip_bad_records=skip_bad_records, stats=stats)
+    sources = {str(path): digest}
+    if skip_bad_records:
+        sources["skipped_records"] = stats.get("skipped_records", 0)
+    return squad, sources
+
+
+def load_squad_any(split: str, *, data_dir, data_file, skip_bad_records=False) -> tuple[dict, dict]:
+    """Load SQuAD v1.1 (local file, else the hub); returns (squad dict, sources)."""
     path, digest = squad_dict(split, data_dir=data_dir, data_file=data_file)
     if path is not None:
-        stats: dict = {}
-        squad = load_squad_json(path, skip_bad_records=skip_bad_records, stats=stats)
-        sources = {str(path): digest}
-        if skip_bad_records:
-            sources["skipped_records"] = stats.get("skipped_records", 0)
-        return squad, sources
+        return load_squad_counted(path, digest, skip_bad_records)
     try:
         return squad_from_hub(split), {"hf:squad": split}
     except Exception as e:  # offline, or the datasets library cannot reach the hub
@@ -215,7 +220,6 @@ def load_squad_file(split, *, data_dir, data_file, arg=None, skip_bad_records=Fa
     """Any SQuAD v1.1-format file as a ReQA-style sentence dataset (``squad_file:PATH``)."""
     from data.io import sha256_file
     from data.reqa import build_reqa
-    from data.squad import load_squad_json
 
     path = Path(arg)
     if not path.is_file():
@@ -223,11 +227,7 @@ def load_squad_file(split, *, data_dir, data_file, arg=None, skip_bad_records=Fa
     digest = sha256_file(path)
 
     def build():
-        stats: dict = {}
-        squad = load_squad_json(path, skip_bad_records=skip_bad_records, stats=stats)
-        sources = {str(path): digest}
-        if skip_bad_records:
-            sources["skipped_records"] = stats.get("skipped_records", 0)
+        squad, sources = load_squad_counted(path, digest, skip_bad_records)
         return build_reqa(squad, name=f"squad_file:{path.name}", split=split, sources=sources)
 
     return cached_build(["squad_file", digest, skip_bad_records], build)

@@ -52,13 +52,12 @@ def keep_jvm_signal_handlers() -> None:
     faulthandler is enabled before the JVM starts (:mod:`retrievers.java`), so
     ray does not install that one over the JVM either.
     """
-    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+    value = os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     try:
         from ray._private import ray_constants
     except ImportError:  # a Ray without this module has no such switch
         return
-    if os.environ["RAY_DISABLE_FAILURE_SIGNAL_HANDLER"] not in ("0", "false", "False"):
-        ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = value.lower() in ("1", "true")  # as Ray parses it
 
 
 class RayEngine:

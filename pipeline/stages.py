@@ -13,6 +13,7 @@ import numpy as np
 
 from data.errors import UserError
 from data.types import Corpus, Dataset, Queries
+from eval.answer_metrics import normalize_answer  # official SQuAD normalization
 from retrievers.types import Ranking
 
 READ_UNITS = ("sentence", "paragraph")
@@ -97,14 +98,12 @@ def passages_for(ranking: Ranking, corpus: Corpus, depth: int, unit: str = "sent
 # ------------------------------------------------------------ answer overlap
 def answer_bearing(passages: Passages, answers: Sequence[Sequence[str]], language: str = "en") -> np.ndarray:
     """``[Q, N]`` bool: passage j of query q contains a gold answer (normalized, whole tokens)."""
-    from eval.answer_metrics import normalize_answer as _norm  # official SQuAD normalization
-
     out = np.zeros(passages.keys.shape, dtype=bool)
     for q, (row, golds) in enumerate(zip(passages.texts, answers)):
         if language == "en":
-            needles = [f" {_norm(a)} " for a in golds if _norm(a)]
+            needles = [f" {normalize_answer(a)} " for a in golds if normalize_answer(a)]
             for j, text in enumerate(row):
-                hay = f" {_norm(text)} "
+                hay = f" {normalize_answer(text)} "
                 out[q, j] = any(n in hay for n in needles)
         else:  # no word spaces to anchor on: plain containment after case folding
             needles = [a.strip().lower() for a in golds if a.strip()]

@@ -39,6 +39,13 @@ def load_summary(out: str | Path) -> tuple[dict, dict[tuple[int, str], dict]]:
     return summary, rows
 
 
+def _value(rows: dict, size: int, system: str, column: str) -> float:
+    row = rows.get((size, system))
+    if row is None:
+        raise UserError(f"summary.csv: no row for corpus size {size}, system {system}")
+    return float(row[column])
+
+
 def size_table(summary: dict, rows: dict, ns: list[int]) -> str:
     """Per corpus size: answer recall@n, answer-bearing count in the top N, EM of top-n, best system."""
     n_max = int(summary["n_max"])
@@ -47,19 +54,13 @@ def size_table(summary: dict, rows: dict, ns: list[int]) -> str:
             + [f"EM top-{n}" for n in ns] + ["best n", "best system (EM)"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for size, ratio in zip(summary["corpus_sizes"], summary["noise_ratios"]):
-        def get(system, column):
-            row = rows.get((size, system))
-            if row is None:
-                raise UserError(f"summary.csv: no row for corpus size {size}, system {system}")
-            return float(row[column])
-
         best = summary["best_n"][str(size)]
         best_system = best.get("best_system", f"top:{best['n']}")
         cells = [f"{size:,}", f"{ratio:.1f}"]
-        cells += [f"{get(f'top:{n}', 'answer_recall_mean'):.3f}" for n in ns]
-        cells += [f"{get(f'top:{n_max}', 'answer_bearing_mean'):.2f}"]
-        cells += [f"{get(f'top:{n}', 'em_mean'):.2f}" for n in ns]
-        cells += [str(best["n"]), f"{best_system} ({get(best_system, 'em_mean'):.2f})"]
+        cells += [f"{_value(rows, size, f'top:{n}', 'answer_recall_mean'):.3f}" for n in ns]
+        cells += [f"{_value(rows, size, f'top:{n_max}', 'answer_bearing_mean'):.2f}"]
+        cells += [f"{_value(rows, size, f'top:{n}', 'em_mean'):.2f}" for n in ns]
+        cells += [str(best["n"]), f"{best_system} ({_value(rows, size, best_system, 'em_mean'):.2f})"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -167,7 +167,7 @@ def test_cli_end_to_end_and_resume(tmp_path):
     # the README tables of a sweep (python -m pipeline.sweep_report OUT)
     from pipeline.sweep_report import report
 
-    size_lines, regret_lines = [[l for l in part.splitlines()[2:]] for part in report(out, [1, 3]).split("\n\n")]
+    size_lines, regret_lines = [part.splitlines()[2:] for part in report(out, [1, 3]).split("\n\n")]
     assert [l.split(" | ")[0] for l in size_lines] == [f"| {s:,}" for s in sizes]
     assert size_lines[0].split(" | ")[5] == f"{float(top[(sizes[0], 1)]['em']):.2f}"
     best_fixed = summary["regret"]["best_fixed"]
