@@ -46,7 +46,9 @@ def plot_curves(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    # the legend goes below the axes, so it never hides a curve however many there are
+    legend_rows = -(-len(curves) // 3)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0 + 0.2 * legend_rows), dpi=110, layout="constrained")
     colors = plt.get_cmap("viridis")(np.linspace(0.05, 0.9, max(len(curves), 1)))
     for color, c in zip(colors, curves):
         x, y = np.asarray(c["x"], float), np.asarray(c["y"], float)
@@ -69,8 +71,8 @@ def plot_curves(
     if title:
         ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7.5, frameon=False)
-    fig.tight_layout()
+    if curves:
+        fig.legend(loc="outside lower center", ncol=min(3, len(curves)), fontsize=7.5, frameon=False)
     written = []
     stem = Path(stem)
     for ext in ("png", "svg"):
