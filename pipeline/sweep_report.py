@@ -5,7 +5,8 @@ and prints the two tables README shows for a sweep: per corpus size, answer
 recall@n, answer-bearing passages in the top N and EM of fixed n next to the
 best system; then the regret of the best fixed n, the best threshold, the
 ordinal selector, a few fixed n and the oracle (Kratzwald & Feuerriegel 2018,
-"Adaptive Document Retrieval for Deep Question Answering").
+"Adaptive Document Retrieval for Deep Question Answering").  A sweep over
+several seeds shows every value as mean ± std over the seeds.
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ def _value(rows: dict, size: int, system: str, column: str) -> float:
     return float(row[column])
 
 
+def _cell(rows: dict, size: int, system: str, metric: str, digits: int, seeds: int) -> str:
+    """``metric``'s mean over seeds, with `` ± std`` when the sweep ran more than one seed."""
+    text = f"{_value(rows, size, system, f'{metric}_mean'):.{digits}f}"
+    if seeds > 1:
+        text += f" ± {_value(rows, size, system, f'{metric}_std'):.{digits}f}"
+    return text
+
+
 def size_table(summary: dict, rows: dict, ns: list[int]) -> str:
     """Per corpus size: answer recall@n, answer-bearing count in the top N, EM of top-n, best system."""
     n_max = int(summary["n_max"])
@@ -53,14 +62,18 @@ def size_table(summary: dict, rows: dict, ns: list[int]) -> str:
     head = (["corpus", "noise ×"] + [f"answer recall@{n}" for n in ns] + [f"answer-bearing in top {n_max}"]
             + [f"EM top-{n}" for n in ns] + ["best n", "best system (EM)"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    seeds = len(summary.get("seeds") or [1])
     for size, ratio in zip(summary["corpus_sizes"], summary["noise_ratios"]):
         best = summary["best_n"][str(size)]
         best_system = best.get("best_system", f"top:{best['n']}")
         cells = [f"{size:,}", f"{ratio:.1f}"]
-        cells += [f"{_value(rows, size, f'top:{n}', 'answer_recall_mean'):.3f}" for n in ns]
-        cells += [f"{_value(rows, size, f'top:{n_max}', 'answer_bearing_mean'):.2f}"]
-        cells += [f"{_value(rows, size, f'top:{n}', 'em_mean'):.2f}" for n in ns]
-        cells += [str(best["n"]), f"{best_system} ({_value(rows, size, best_system, 'em_mean'):.2f})"]
+        cells += [_cell(rows, size, f"top:{n}", "answer_recall", 3, seeds) for n in ns]
+        cells += [_cell(rows, size, f"top:{n_max}", "answer_bearing", 2, seeds)]
+        cells += [_cell(rows, size, f"top:{n}", "em", 2, seeds) for n in ns]
+        best_n = str(best["n"])
+        if seeds > 1:  # the n that is best on the seed-averaged EM, then each seed's own best n
+            best_n += f" (per seed {', '.join(map(str, best['per_seed']))})"
+        cells += [best_n, f"{best_system} ({_value(rows, size, best_system, 'em_mean'):.2f})"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -73,13 +86,16 @@ def regret_table(summary: dict, fixed: list[int]) -> str:
              ("ordinal regression", regret["ordinal"]["system"])]
     picks += [(f"top-{n}", f"top:{n}") for n in fixed if f"top:{n}" in systems]
     picks += [("oracle (reads to the first answer-bearing passage)", "oracle")]
-    lines = [f"| system | spec | regret ({regret['weighting']}) | 95% interval | uniform mean |", "|---|---|---|---|---|"]
+    seeds = len(summary.get("seeds") or [1])
+    spread = " ± std over seeds" if seeds > 1 else ""
+    lines = [f"| system | spec | regret ({regret['weighting']}){spread} | 95% interval | uniform mean |", "|---|---|---|---|---|"]
     for label, system in picks:
         info = systems.get(system)
         if info is None:
             continue
         low, high = info["ci95"]
-        lines.append(f"| {label} | `{system}` | {info['mean']:.2f} | [{low:.2f}, {high:.2f}] | {info['uniform_mean']:.2f} |")
+        mean = f"{info['mean']:.2f}" + (f" ± {info['std']:.2f}" if seeds > 1 else "")
+        lines.append(f"| {label} | `{system}` | {mean} | [{low:.2f}, {high:.2f}] | {info['uniform_mean']:.2f} |")
     return "\n".join(lines)
 
 

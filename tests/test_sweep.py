@@ -189,6 +189,46 @@ def test_cli_end_to_end_and_resume(tmp_path):
         assert again["em_by_size"][name][:2] == summary["em_by_size"][name]
 
 
+def test_cli_several_seeds_give_means_and_stds(tmp_path):
+    out = tmp_path / "out"
+    proc = run_sweep("--dataset", "squad_open", "--reader", READER, "--n", "1-3", "--corpus-sizes", "x1,x3", "--seeds", "2",
+                     "--every", "700", "--limit", "6", "--thetas", "0.8", "--train-limit", "60", "--bootstrap", "100",
+                     "--out", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    sizes, systems = summary["corpus_sizes"], sorted(summary["regret"]["systems"])
+    assert summary["seeds"] == [1, 2]
+    with open(out / "results.csv") as f:
+        per_seed = {(int(r["corpus_size"]), r["system"], int(r["seed"])): r for r in csv.DictReader(f)}
+    assert len(per_seed) == len(sizes) * len(systems) * 2
+    with open(out / "summary.csv") as f:
+        agg = {(int(r["corpus_size"]), r["system"]): r for r in csv.DictReader(f)}
+    for (size, system), row in agg.items():  # summary = mean and sample std of the seeds' rows
+        for metric in ("em", "answer_recall", "answer_bearing"):
+            vals = [float(per_seed[(size, system, seed)][metric]) for seed in (1, 2)]
+            assert float(row[f"{metric}_mean"]) == pytest.approx(np.mean(vals), abs=1e-4)
+            assert float(row[f"{metric}_std"]) == pytest.approx(np.std(vals, ddof=1), abs=1e-4)
+    # the gold-only level is the same corpus under every seed: computed once, so no spread there
+    levels = json.loads((out / "manifest.json").read_text())["levels"]
+    assert levels[f"{sizes[0]}/2"]["same_corpus_as_seed"] == 1
+    assert "same_corpus_as_seed" not in levels[f"{sizes[1]}/2"]  # other noise, its own retrieval and reads
+    assert all(float(r["em_std"]) == 0.0 for (size, _), r in agg.items() if size == sizes[0])
+    # regret: per seed over that seed's table (oracle left out of the best), then mean and std
+    reference = np.array([s != "oracle" for s in systems])
+    tables = np.array([[[float(per_seed[(size, s, seed)]["em"]) for s in systems] for size in sizes] for seed in (1, 2)])
+    by_seed = regret(tables, sizes, reference)
+    for m, system in enumerate(systems):
+        info = summary["regret"]["systems"][system]
+        assert info["mean"] == pytest.approx(by_seed[:, m].mean(), abs=1e-3)
+        assert info["std"] == pytest.approx(by_seed[:, m].std(ddof=1), abs=1e-3)
+    from pipeline.sweep_report import report
+
+    size_lines, regret_lines = [part.splitlines() for part in report(out, [1, 3]).split("\n\n")]
+    em1 = agg[(sizes[1], "top:1")]
+    assert f"{float(em1['em_mean']):.2f} ± {float(em1['em_std']):.2f}" in size_lines[3]
+    assert "(per seed " in size_lines[3] and "± std over seeds" in regret_lines[0]
+
+
 def test_cli_bad_flags_fail_with_one_line():
     for args, msg in (
         (["--n", "0-3"], "--n"),
