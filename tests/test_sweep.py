@@ -229,6 +229,37 @@ def test_cli_several_seeds_give_means_and_stds(tmp_path):
     assert "(per seed " in size_lines[3] and "± std over seeds" in regret_lines[0]
 
 
+# The README's full sweep (all 10,570 dev questions, bf16 reader) at its largest corpus, where the corpus
+# is all 20,963 paragraphs whatever questions are evaluated, on every 100th question (106): the values
+# its saved per-question results give for those questions, n = 1..5.
+#   python -m pipeline.sweep --dataset squad_open --reader ../shared/models/minilm-squad-reader --retriever bm25 \
+#     --n 1-20 --corpus-sizes 2067,5000,10000,15000,all --seeds 1 --reader-dtype bfloat16 --out runs/sweeps/full
+EXPECTED_FULL_SWEEP_ALL_EVERY100 = {
+    "em": [55.6604, 50.9434, 48.1132, 48.1132, 48.1132],
+    "f1": [61.2485, 57.1361, 55.5270, 55.8864, 56.3581],
+    "answer_recall": [0.792453, 0.849057, 0.886792, 0.896226, 0.924528],
+}
+
+
+def test_headline_full_sweep_on_a_slice(tmp_path):
+    out = tmp_path / "out"
+    proc = run_sweep("--dataset", "squad_open", "--reader", READER, "--retriever", "bm25", "--n", "1-5", "--corpus-sizes", "all",
+                     "--seeds", "1", "--every", "100", "--reader-dtype", "bfloat16", "--no-ordinal", "--no-plots",
+                     "--bootstrap", "100", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["questions"] == 106 and summary["corpus_sizes"] == [20963]
+    with open(out / "summary.csv") as f:
+        rows = {r["system"]: r for r in csv.DictReader(f)}
+    expected = EXPECTED_FULL_SWEEP_ALL_EVERY100
+    for n in range(1, 6):
+        row = rows[f"top:{n}"]
+        # retrieval is exact; bf16 reading may differ by a question on a CPU without native bf16
+        assert float(row["answer_recall_mean"]) == pytest.approx(expected["answer_recall"][n - 1], abs=1e-5)
+        assert float(row["em_mean"]) == pytest.approx(expected["em"][n - 1], abs=2 * 100 / 106 + 1e-3)
+        assert float(row["f1_mean"]) == pytest.approx(expected["f1"][n - 1], abs=2 * 100 / 106 + 1e-3)
+
+
 def test_cli_bad_flags_fail_with_one_line():
     for args, msg in (
         (["--n", "0-3"], "--n"),
