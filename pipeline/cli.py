@@ -28,6 +28,7 @@ def main_guard(main: Callable[[list[str] | None], int]) -> Callable[[list[str] |
     """Run a command; bad input becomes ``error: <one line>`` and exit status 2."""
 
     def wrapped(argv: list[str] | None = None) -> int:
+        _NEW_OUT_DIRS.clear()
         try:
             return int(main(argv) or 0)
         except UserError as e:
@@ -39,6 +40,8 @@ def main_guard(main: Callable[[list[str] | None], int]) -> Callable[[list[str] |
         except MemoryError:
             print("error: out of memory (try --limit, a smaller --depth or a smaller batch)", file=sys.stderr)
             return 2
+        finally:
+            _discard_empty_new_out_dirs()
 
     return wrapped
 
@@ -123,6 +126,20 @@ def parse_with_config(parser: argparse.ArgumentParser, argv: list[str] | None) -
         raise
 
 
+# output directories this command created; a command that stops before writing anything into
+# one (bad input found after the directory was made) leaves no empty directory behind
+_NEW_OUT_DIRS: list[Path] = []
+
+
+def _discard_empty_new_out_dirs() -> None:
+    while _NEW_OUT_DIRS:
+        path = _NEW_OUT_DIRS.pop()
+        try:
+            path.rmdir()  # only succeeds when empty
+        except OSError:
+            pass
+
+
 def make_out_dir(out: str | None, stem: str) -> Path:
     """``--out DIR`` or a new ``runs/<time>-<stem>`` directory; checked writable."""
     if out:
@@ -132,6 +149,8 @@ def make_out_dir(out: str | None, stem: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in stem)[:80]
         path = Path("runs") / f"{stamp}-{safe}"
     try:
+        if not path.exists():
+            _NEW_OUT_DIRS.append(path)
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"{path}: cannot create output directory ({e.strerror})") from None

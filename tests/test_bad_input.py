@@ -247,6 +247,7 @@ def test_bad_flag(case, tmp_path, env, good_file):
     if "--out" not in args:
         args = args + ["--out", out]
     assert_one_line_error(cli(args, env), out, needles)
+    assert not out.exists()  # the failed command leaves no (empty) output directory behind
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU message")

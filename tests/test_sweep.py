@@ -260,13 +260,15 @@ def test_headline_full_sweep_on_a_slice(tmp_path):
         assert float(row["f1_mean"]) == pytest.approx(expected["f1"][n - 1], abs=2 * 100 / 106 + 1e-3)
 
 
-def test_cli_bad_flags_fail_with_one_line():
+def test_cli_bad_flags_fail_with_one_line(tmp_path):
     for args, msg in (
         (["--n", "0-3"], "--n"),
         (["--seeds", "x"], "--seeds"),
         (["--thetas", "2"], "--thetas"),
-        (["--corpus-sizes", "x0.5", "--limit", "2"], "--corpus-sizes"),
+        (["--corpus-sizes", "x0.5", "--limit", "2"], "--corpus-sizes"),  # found after the output directory is made
     ):
-        proc = run_sweep("--reader", READER, *args)
+        out = tmp_path / "out"
+        proc = run_sweep("--reader", READER, *args, "--out", out)
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert [l for l in proc.stderr.splitlines() if l.startswith("error:")][0].count(msg) >= 1
+        assert not out.exists()  # no empty output directory left behind
