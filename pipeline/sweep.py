@@ -407,7 +407,7 @@ def run_sweep(args, out: Path, timer: Timer) -> dict:
     options = language_options(dataset, sweep_retriever_options(args))
     make_retriever = lambda: stages.build_retriever(args.retriever, options)  # noqa: E731
     reader = make_reader(args)
-    reader_identity = reader._identity()
+    reader_identity = reader.identity()
     cache = ReadCache(Path(args.read_cache) if args.read_cache else out / "reads")
 
     train = train_sample = None

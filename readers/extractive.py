@@ -356,7 +356,7 @@ class ExtractiveReader:
     def _model_settings(self) -> tuple:
         return (self._label, self.dtype, str(self.device))
 
-    def _identity(self) -> str:
+    def identity(self) -> str:
         """Model identity + every parameter that changes a read (the cache-key prefix).
 
         Recomputed when a parameter it depends on is changed after first use.
@@ -385,7 +385,7 @@ class ExtractiveReader:
         import torch
         from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-        self._identity()
+        self.identity()
         source, revision = self._source_
         device, dtype = self._resolve_device_dtype()
         if device == "cpu":
@@ -418,7 +418,7 @@ class ExtractiveReader:
     # ------------------------------------------------------------------ keys
     def pair_keys(self, questions: list[str], passages: list[str]) -> list[str]:
         """Content-hash cache keys of the pairs (model + reader params + texts)."""
-        prefix = self._identity()
+        prefix = self.identity()
         return [sha256_text(prefix, q, p) for q, p in zip(questions, passages)]
 
     # ------------------------------------------------------------------ reading
