@@ -39,6 +39,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -319,17 +320,23 @@ def save_level(out: Path, size: int, seed: int, result: LevelResult, meta: dict)
     write_json(js, {**meta, "systems": result.systems, "info": result.info})
 
 
-def load_level(out: Path, size: int, seed: int, fingerprint: str) -> LevelResult | None:
-    """The saved result of a level if it was made by the same configuration, else None."""
+def load_level(out: Path, size: int, seed: int, fingerprints: Sequence[str]) -> LevelResult | None:
+    """The saved result of a level if it was made by the same configuration, else None.
+
+    ``fingerprints``: the current fingerprint first, then older forms of it; a level saved under an
+    older form is re-labelled with the current one.
+    """
     npz, js = _level_paths(out, size, seed)
     if not (npz.is_file() and js.is_file()):
         return None
     try:
         meta = json.loads(js.read_text(encoding="utf-8"))
-        if meta.get("fingerprint") != fingerprint:
+        if meta.get("fingerprint") not in fingerprints:
             return None
         with np.load(npz, allow_pickle=False) as z:
             arrays = {k: z[k] for k in ("em", "f1", "bearing", "gold_hit", "sys_n")}
+        if meta["fingerprint"] != fingerprints[0]:
+            write_json(js, {**meta, "fingerprint": fingerprints[0]})
     except (OSError, ValueError, KeyError):
         return None
     info = dict(meta.get("info", {}))
@@ -371,8 +378,23 @@ def plan_sweep(args, dataset) -> SweepPlan:
     return SweepPlan(dataset, sizes, seeds, n_gold, n_pool, n_min, n_max, depth, tau, thetas)
 
 
-def level_fingerprint(args, plan: SweepPlan, rows: np.ndarray, reader_identity: str, seed: int) -> str:
+def level_fingerprints(args, plan: SweepPlan, rows: np.ndarray, reader_identity: str, seed: int) -> list[str]:
+    """The fingerprint a level is saved under, then the older forms a saved level may carry.
+
+    The reader's batch size changes no read (the read cache ignores it too); levels saved before it
+    left the fingerprint carry it, and still resume under the batch size they were made with.
+    """
+    current = level_fingerprint(args, plan, rows, reader_identity, seed)
+    legacy = level_fingerprint(args, plan, rows, reader_identity, seed, legacy_batch_size=args.reader_batch_size)
+    return [current, legacy]
+
+
+def level_fingerprint(args, plan: SweepPlan, rows: np.ndarray, reader_identity: str, seed: int,
+                      legacy_batch_size: int | None = None) -> str:
     q = plan.dataset.queries
+    reading = [reader_identity, args.read_unit, args.mu, plan.n_max, plan.depth]
+    if legacy_batch_size is not None:
+        reading.append(legacy_batch_size)
     parts = {
         "version": SWEEP_VERSION,
         "dataset": [plan.dataset.name, plan.dataset.split, sorted(plan.dataset.sources.items())],
@@ -380,7 +402,7 @@ def level_fingerprint(args, plan: SweepPlan, rows: np.ndarray, reader_identity: 
         "rows": sha256_text(rows.tolist()),
         "seed": seed,
         "retriever": [args.retriever, args.bm25_k1, args.bm25_b, args.bm25_field, args.encoder, args.dense_field, args.dense_index, sorted(args.fusion_opt)],
-        "reading": [reader_identity, args.read_unit, args.mu, plan.n_max, plan.depth, args.reader_batch_size],
+        "reading": reading,
         "selectors": [plan.thetas, plan.tau, not args.no_ordinal, args.train_split, args.train_limit, args.train_seed],
     }
     return sha256_text(json.dumps(parts, sort_keys=True, default=str))
@@ -428,8 +450,9 @@ def run_sweep(args, out: Path, timer: Timer) -> dict:
             t_gold = gold_rows(train_sample.queries)
             t_size = min(max(size, t_gold.size), len(train_sample.corpus))
             t_rows = corpus_levels(len(train_sample.corpus), t_gold, [t_size], seed)[0]
-        fingerprint = level_fingerprint(args, plan, rows, reader_identity, seed)
-        done = load_level(out, size, seed, fingerprint)
+        fingerprints = level_fingerprints(args, plan, rows, reader_identity, seed)
+        fingerprint = fingerprints[0]
+        done = load_level(out, size, seed, fingerprints)
         if done is not None:
             levels[(size, seed)] = done
             continue

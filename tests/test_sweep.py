@@ -173,9 +173,10 @@ def test_cli_end_to_end_and_resume(tmp_path):
     best_fixed = summary["regret"]["best_fixed"]
     assert f"`{best_fixed['system']}` | {summary['regret']['systems'][best_fixed['system']]['mean']:.2f} |" in regret_lines[0]
 
-    # again with one more corpus size: the old sizes come from their saved results, the new
-    # one reads only the passages no smaller size had in its top n
-    proc = run_sweep("--config", config, "--out", out, "--corpus-sizes", "x1,x3,x6", "--no-plots")
+    # again with one more corpus size: the old sizes come from their saved results (a batch size
+    # changes no read, so another one resumes them too), the new one reads only the passages no
+    # smaller size had in its top n
+    proc = run_sweep("--config", config, "--out", out, "--corpus-sizes", "x1,x3,x6", "--no-plots", "--reader-batch-size", "8")
     assert proc.returncode == 0, proc.stderr[-3000:]
     levels = json.loads((out / "manifest.json").read_text())["levels"]
     again = json.loads((out / "summary.json").read_text())
