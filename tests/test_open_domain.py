@@ -82,6 +82,7 @@ def test_own_pool_and_train_split(open_dev):
 
     own = load_squad_open("dev", data_dir=DATA, data_file=None, arg="own")
     assert len(own.corpus) == 2067 and own.corpus.texts == open_dev.corpus.texts[:2067]
+    assert load_dataset("squad_open:own", "dev").corpus.texts == own.corpus.texts  # the name the docs give
     with pytest.raises(UserError, match="unknown argument"):
         load_squad_open("dev", data_dir=DATA, data_file=None, arg="bogus")
     with pytest.raises(UserError, match="no split"):
