@@ -13,10 +13,8 @@ identical answers; bf16 pays off on CPUs with native bf16 (e.g. avx512_bf16).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
-import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +23,7 @@ DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "minilm-squad-reader"
 
 
 def main() -> int:
+    from data.squad import load_squad_json
     from eval.answer_metrics import exact_match, f1
     from pipeline.cli import print_table
     from readers.extractive import ExtractiveReader
@@ -35,8 +34,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=os.cpu_count())
     args = p.parse_args()
 
-    with zipfile.ZipFile(DATA / "squad" / "dev-v1.1.json.zip") as z:
-        dev = json.loads(z.read("dev-v1.1.json"))
+    dev = load_squad_json(DATA / "squad" / "dev-v1.1.json.zip")
     items = [(qa["question"], par["context"], [a["text"] for a in qa["answers"]])
              for art in dev["data"] for par in art["paragraphs"] for qa in par["qas"]][:: args.every]
     questions, passages = [q for q, _, _ in items], [c for _, c, _ in items]

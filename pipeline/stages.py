@@ -101,7 +101,7 @@ def answer_bearing(passages: Passages, answers: Sequence[Sequence[str]], languag
     out = np.zeros(passages.keys.shape, dtype=bool)
     for q, (row, golds) in enumerate(zip(passages.texts, answers)):
         if language == "en":
-            needles = [f" {normalize_answer(a)} " for a in golds if normalize_answer(a)]
+            needles = [f" {norm} " for norm in map(normalize_answer, golds) if norm]
             for j, text in enumerate(row):
                 hay = f" {normalize_answer(text)} "
                 out[q, j] = any(n in hay for n in needles)
