@@ -5,6 +5,8 @@ paragraph/context, ``text`` = the candidate sentence), ``queries.jsonl`` one
 line per unique question (ReQA keys questions by their text) and
 ``qrels/<split>.tsv`` every candidate that is gold for any of that question's
 query inputs, so BEIR/MTEB tools compute ReQA's MRR from it (ties aside).
+Query ids are those of :mod:`eval.qrels` -- the same ids ``pipeline.run``
+writes in ``run.trec``/``qrels.tsv``, so a run scores against an export.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from data.io import atomic_path, sha256_text, staged_outputs, write_jsonl
+from data.io import staged_outputs, write_jsonl
 from pipeline.cli import main_guard, make_out_dir, parse_with_config, write_manifest
 
 
 def export_beir(dataset, out) -> dict:
+    """Write ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv`` (ids: :mod:`eval.qrels`)."""
+    from eval.qrels import question_groups, write_qrels_tsv, write_queries_jsonl
+
     corpus, queries = dataset.corpus, dataset.queries
     write_jsonl(
         out / "corpus.jsonl",
@@ -25,24 +30,11 @@ def export_beir(dataset, out) -> dict:
             for i, (cid, text) in enumerate(zip(corpus.ids, corpus.texts))
         ),
     )
-    qid_of_key: dict[str, str] = {}
-    rels: dict[str, dict[str, int]] = {}
-    for i, key in enumerate(queries.question_keys):
-        qid = qid_of_key.setdefault(key, "q" + sha256_text(key)[:12])
-        grades = queries.gold_grades[i] if queries.gold_grades is not None else None
-        for j, row in enumerate(queries.gold[i]):
-            g = int(grades[j]) if grades is not None else 1
-            cur = rels.setdefault(qid, {})
-            cur[corpus.ids[row]] = max(cur.get(corpus.ids[row], 0), g)
-    write_jsonl(out / "queries.jsonl", ({"_id": qid, "text": key} for key, qid in qid_of_key.items()))
+    groups = question_groups(queries)
+    write_queries_jsonl(out / "queries.jsonl", groups)
     (out / "qrels").mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / "qrels" / f"{dataset.split}.tsv") as tmp:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write("query-id\tcorpus-id\tscore\n")
-            for qid, docs in rels.items():
-                for did, g in docs.items():
-                    f.write(f"{qid}\t{did}\t{g}\n")
-    return {"corpus": len(corpus), "queries": len(qid_of_key), "qrels": sum(len(d) for d in rels.values())}
+    n_qrels = write_qrels_tsv(out / "qrels" / f"{dataset.split}.tsv", groups, corpus.ids)
+    return {"corpus": len(corpus), "queries": len(groups), "qrels": n_qrels}
 
 
 @main_guard

@@ -32,6 +32,7 @@ from pipeline.cli import (
     add_reader_options,
     add_retriever_options,
     add_source_args,
+    dense_prompt_options,
     jsonable_config,
     main_guard,
     make_out_dir,
@@ -102,6 +103,7 @@ def retriever_options(args) -> dict:
              "token_budget": args.encoder_token_budget}
     if args.encoder:
         dense["model"] = args.encoder
+    dense.update(dense_prompt_options(args))
     bm25 = {"k1": args.bm25_k1, "b": args.bm25_b, "field": args.bm25_field}
     fusion = _fusion_options(args.fusion_opt)
     if args.retriever.split(":", 1)[0] in LEARNED_FUSION:
@@ -140,10 +142,16 @@ def limit_queries(dataset, limit: int | None):
 
 
 def write_trec(path: Path, ranking, queries, corpus, tag: str, depth: int = TREC_DEPTH) -> None:
-    """Standard TREC run lines: ``qid Q0 docid rank score tag`` (one query input per qid)."""
+    """Standard TREC run lines: ``qid Q0 docid rank score tag``, one qid per unique question.
+
+    The ids are those of :mod:`eval.qrels` (the ``qrels.tsv``/``qrels.trec``/``queries.jsonl``
+    written next to it); a question's ranking is that of its first query input.
+    """
+    from eval.qrels import question_groups
     from retrievers.trec import write_trec_run
 
-    write_trec_run(path, ranking.top(depth), queries.ids, corpus.ids, tag)
+    groups = question_groups(queries)
+    write_trec_run(path, ranking.subset(groups.rows).top(depth), groups.ids, corpus.ids, tag)
 
 
 def check_args(args) -> None:
@@ -250,6 +258,10 @@ def run(args, engine) -> int:
     from retrievers.dense import default_shard_rows
 
     extra: dict = {"engine": engine.info(), "shard_rows": default_shard_rows()}
+    from retrievers.encoders import encoder_infos
+
+    if encoder_infos(retriever):
+        extra["encoders"] = encoder_infos(retriever)  # model, identity, prompts of every dense member
     shards = embedding_shard_counts(retriever)
     if shards:
         extra["embedding_shards"] = shards
@@ -261,6 +273,9 @@ def run(args, engine) -> int:
         extra["notes"] = notes
     with staged_outputs(out) as stage:  # nothing reaches --out unless every file was written
         write_trec(stage / "run.trec", ranking, dataset.queries, dataset.corpus, tag=args.retriever)
+        from eval.qrels import write_question_files
+
+        write_question_files(stage, dataset.queries, dataset.corpus)  # the qrels run.trec is scored against
         if args.reader:
             from pipeline.reading import run_reader
 

@@ -38,7 +38,7 @@ def test_outputs_written(bm25_run):
     lines = (bm25_run / "run.trec").read_text().splitlines()
     qid, q0, docid, rank, score, tag = lines[0].split()
     assert q0 == "Q0" and rank == "1" and tag == "bm25"
-    assert len(lines) == 100 * r["query_inputs"]
+    assert len(lines) == 100 * r["questions"]  # one ranking per unique question (eval.qrels)
     manifest = json.loads((bm25_run / "manifest.json").read_text())
     assert manifest["config"]["retriever"] == "bm25"
     assert any(k.endswith("dev-v1.1.json.zip") for k in manifest["data"])
@@ -67,8 +67,13 @@ def test_trec_run_reads_back_to_the_same_metrics(bm25_run, reqa_dev):
     from pipeline.run import limit_queries
     from retrievers.trec import read_trec_run
 
+    from eval.qrels import question_groups
+
     ds = limit_queries(reqa_dev, 300)
-    ranking = read_trec_run(bm25_run / "run.trec", ds.queries.ids, ds.corpus.ids)
+    groups = question_groups(ds.queries)
+    ranking = read_trec_run(bm25_run / "run.trec", groups.ids, ds.corpus.ids)
+    group_of = {key: g for g, key in enumerate(dict.fromkeys(ds.queries.question_keys))}
+    ranking = ranking.subset([group_of[k] for k in ds.queries.question_keys])  # each input: its question's ranking
     m = reqa_metrics(ranking, ds.queries, ds.corpus)
     saved = json.loads((bm25_run / "metrics.json").read_text())["retrieval"]["reqa"]
     assert m["sentence"]["MRR"] == pytest.approx(saved["sentence"]["MRR"], abs=1e-6)
