@@ -1,4 +1,4 @@
-"""BM25 through Pyserini (Lucene), in process.
+"""BM25 through Pyserini (Lucene).
 
 Robertson & Zaragoza 2009, "The Probabilistic Relevance Framework: BM25 and
 Beyond"; the Lucene implementation that Pyserini/Anserini use (Lin et al.
@@ -6,22 +6,31 @@ Beyond"; the Lucene implementation that Pyserini/Anserini use (Lin et al.
 Research with Sparse and Dense Representations").
 
 The index is built once per corpus content and analyzer settings and cached on
-disk (``<cache>/bm25/<key>``); k1 and b are search-time parameters.  Document
-ids inside Lucene are corpus row numbers, so hits map to rows without a
-lookup table.
+disk (``<cache>/bm25/<key>``) by Anserini's multi-threaded ``IndexCollection``
+from JSONL files streamed out of the corpus (:mod:`retrievers.lucene`); k1 and b
+are search-time parameters.  Lucene's ``id`` field holds the corpus row number.
+An existing Lucene index (``index_path``: a directory, e.g. built by
+``python -m pyserini.index.lucene``, or a Pyserini prebuilt index name such as
+``wikipedia-dpr-100w``) can be searched instead; its ids are matched to the
+corpus ids.
+
+Search runs Anserini's ``batch_search`` ranking through our batch helper
+(:class:`retrievers.lucene.BatchSearcher`): identical rankings, without loading
+each hit's stored document or crossing JNI once per hit.  Without a Java
+compiler for the helper, Pyserini's ``batch_search`` itself is used (one
+``warning:`` line).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
+import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 from filelock import FileLock
-from tqdm.auto import tqdm
+from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
 from data.errors import UserError
 from data.io import cache_dir, sha256_text
@@ -29,6 +38,8 @@ from data.types import Corpus
 from retrievers.types import Ranking
 
 FIELDS = ("sentence", "sentence+context", "context")
+ENGINES = ("auto", "pyserini")
+_WARNED: set[str] = set()
 
 
 class BM25Retriever:
@@ -46,7 +57,13 @@ class BM25Retriever:
     pretokenize : optional ``text -> list of tokens``; when given, text is
         joined with spaces and indexed/searched with Lucene's white-space
         analyzer (Pyserini's ``-pretokenized``).
-    threads : search threads for ``batch_search``.
+    threads : search threads (default: all cores); also the indexer's threads.
+    index_dir : root of the index cache (default ``<cache>/bm25``).
+    index_path : search this existing Lucene index (directory or Pyserini
+        prebuilt name) instead of building one; its ``id`` field is matched to
+        ``corpus.ids``.
+    engine : ``"auto"`` (our batch helper when it can be compiled, else
+        Pyserini's ``batch_search``) or ``"pyserini"`` (always ``batch_search``).
     """
 
     name = "bm25"
@@ -60,6 +77,8 @@ class BM25Retriever:
         pretokenize: Callable[[str], list[str]] | None = None,
         threads: int | None = None,
         index_dir: str | None = None,
+        index_path: str | None = None,
+        engine: str = "auto",
     ):
         self.k1 = k1
         self.b = b
@@ -68,72 +87,115 @@ class BM25Retriever:
         self.pretokenize = pretokenize
         self.threads = threads
         self.index_dir = index_dir
+        self.index_path = index_path
+        self.engine = engine
 
     # ------------------------------------------------------------------ index
-    def _contents(self, corpus: Corpus) -> list[str]:
+    def _content_chunks(self, corpus: Corpus, chunk: int = 20_000) -> Iterator[list[str]]:
+        """The indexed text of each row (see ``field``), ``chunk`` rows at a time."""
         if self.field not in FIELDS:
             raise UserError(f"bm25 field {self.field!r} unknown; use one of {', '.join(FIELDS)}")
-        titles = corpus.titles
-        out = []
-        for i, (text, ctx) in enumerate(zip(corpus.texts, corpus.contexts)):
+        n = len(corpus)
+        for lo in range(0, n, chunk):
+            hi = min(n, lo + chunk)
+            texts = corpus.texts[lo:hi]
             if self.field == "sentence":
-                s = text
-            elif self.field == "context":
-                s = ctx or text
+                yield list(texts)
+                continue
+            ctxs = corpus.contexts[lo:hi]
+            if self.field == "context":
+                yield [c or t for t, c in zip(texts, ctxs)]
             else:
-                s = f"{text} {ctx}" if ctx and ctx != text else text
-            out.append(s)
-        del titles
+                yield [f"{t} {c}" if c and c != t else t for t, c in zip(texts, ctxs)]
+
+    def _indexed_chunks(self, corpus: Corpus) -> Iterator[list[str]]:
+        for chunk in self._content_chunks(corpus):
+            if self.pretokenize is not None:
+                chunk = [" ".join(self.pretokenize(s)) for s in chunk]
+            yield chunk
+
+    def _analysis(self) -> list[str]:
+        from retrievers.lucene import index_args
+
+        args = index_args(self.language, self.pretokenize is not None)
         if self.pretokenize is not None:
-            out = [" ".join(self.pretokenize(s)) for s in tqdm(out, desc="bm25 tokenize", leave=False)]
-        return out
+            fn = self.pretokenize
+            args.append(f"pretokenize={getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}")
+        return args
+
+    def index_key(self, corpus: Corpus) -> str:
+        """Cache key of the index: analysis settings + field + the corpus content.
+
+        A corpus with a ``content_key`` (the corpus store's content hash) is keyed
+        by it; otherwise every indexed text is hashed (streamed).
+        """
+        from retrievers.lucene import content_hash
+
+        content_key = getattr(corpus, "content_key", None)
+        if isinstance(content_key, str) and content_key:
+            return sha256_text("bm25-v2", self._analysis(), self.field, len(corpus), content_key)[:24]
+        return content_hash(self._content_chunks(corpus), "bm25-v2", *self._analysis(), self.field, len(corpus))[:24]
 
     def index(self, corpus: Corpus) -> "BM25Retriever":
         if len(corpus) == 0:
             raise UserError("bm25: the corpus is empty")
-        search_lucene, index_lucene = _pyserini()
-        contents = self._contents(corpus)
-        args = self._index_args()
-        key = sha256_text("bm25-v1", args, contents)[:24]
-        root = Path(self.index_dir) if self.index_dir else cache_dir("bm25")
-        root.mkdir(parents=True, exist_ok=True)
-        path = root / key
-        with FileLock(str(root / f"{key}.lock")):
-            if not (path / "_COMPLETE").is_file():
-                self._build(index_lucene, contents, args, path)
+        if self.engine not in ENGINES:
+            raise UserError(f"bm25 engine {self.engine!r} unknown; use one of {', '.join(ENGINES)}")
+        search_lucene, _ = _pyserini()
+        if self.index_path:
+            path, own = _existing_index(search_lucene, self.index_path), False
+        else:
+            path, own = self._cached_index(corpus), True
         self._size = len(corpus)
         self._path = path
         self._searcher = search_lucene.LuceneSearcher(str(path))
         self._searcher.set_bm25(float(self.k1), float(self.b))
         if self.pretokenize is None and self.language != "en":
             self._searcher.set_language(self.language)
+        self._batch = None
+        self._id_rows = None
+        if self.engine == "auto":
+            self._batch = self._batch_searcher(path, own, corpus)
+        if self._batch is None and not own:
+            self._id_rows = {str(x): i for i, x in enumerate(corpus.ids)}  # the fallback maps Pyserini's docids
         return self
 
-    def _index_args(self) -> list[str]:
-        args = ["-storePositions", "-storeDocvectors"]
-        if self.pretokenize is not None:
-            args.append("-pretokenized")
-        elif self.language != "en":
-            args += ["-language", self.language]
-        return args
+    def _cached_index(self, corpus: Corpus) -> Path:
+        from retrievers.lucene import build_index, is_complete
 
-    def _build(self, index_lucene, contents: list[str], args: list[str], path: Path) -> None:
-        shutil.rmtree(path, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-        try:
-            indexer = index_lucene.LuceneIndexer(
-                args=["-index", str(tmp)] + list(args), threads=max(1, os.cpu_count() or 1)
-            )
-            batch = 10_000
-            for start in tqdm(range(0, len(contents), batch), desc="bm25 index", unit="k docs", leave=False):
-                docs = [{"id": str(start + i), "contents": c} for i, c in enumerate(contents[start : start + batch])]
-                indexer.add_batch_dict(docs)
-            indexer.close()
-            (tmp / "_COMPLETE").write_text("ok\n")
-            os.replace(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        key = self.index_key(corpus)
+        root = Path(self.index_dir) if self.index_dir else cache_dir("bm25")
+        root.mkdir(parents=True, exist_ok=True)
+        path = root / key
+        with FileLock(str(root / f"{key}.lock")):
+            if not is_complete(path):
+                build_index(lambda: self._indexed_chunks(corpus), len(corpus), path, language=self.language,
+                            pretokenized=self.pretokenize is not None, threads=self.threads)
+        return path
+
+    def _batch_searcher(self, path: Path, own: bool, corpus: Corpus):
+        from retrievers.java import helper_available, jvm_info
+        from retrievers.lucene import BatchSearcher, ids_as_bytes, rows_for_ids
+
+        if not helper_available():
+            _warn_once(f"bm25: {jvm_info()['batch_helper_problem']}; searching with Pyserini's batch_search (slower at depth)")
+            return None
+        batch = BatchSearcher(path, self._searcher)
+        if own:
+            bad = batch.map_row_ids(len(corpus))
+            if bad:
+                raise UserError(f"{path}: {bad} documents of the cached BM25 index are not rows of this corpus; delete it")
+            return batch
+        rows = rows_for_ids(batch.index_ids(), ids_as_bytes(corpus.ids))
+        matched = int((rows >= 0).sum())
+        if matched == 0:
+            raise UserError(f"{self.index_path}: none of the index's {batch.max_doc} document ids is a corpus id")
+        if matched < batch.max_doc:
+            _warn_once(f"bm25: {batch.max_doc - matched} of {batch.max_doc} documents of {self.index_path} are not in the corpus; their hits are dropped")
+        if matched < len(corpus):
+            _warn_once(f"bm25: {len(corpus) - matched} of {len(corpus)} corpus passages are not in {self.index_path}; BM25 never retrieves them")
+        batch.set_rows(rows)
+        return batch
 
     # ----------------------------------------------------------------- search
     def search(self, query_texts: Sequence[str], k: int, batch_size: int = 2000) -> Ranking:
@@ -150,15 +212,54 @@ class BM25Retriever:
         scores = np.full((len(texts), k_eff), -np.inf, dtype=np.float32)
         for start in tqdm(range(0, len(texts), batch_size), desc="bm25 search", unit="batch", leave=False):
             chunk = texts[start : start + batch_size]
+            if self._batch is not None:
+                rows, sc = self._batch.search(chunk, k_eff, threads)
+                ids[start : start + len(chunk)] = rows
+                scores[start : start + len(chunk)] = sc
+                continue
             qids = [str(start + i) for i in range(len(chunk))]
             hits = self._searcher.batch_search(chunk, qids, k=k_eff, threads=threads)
             for qid, hs in hits.items():
                 q = int(qid)
-                n = len(hs)
-                if n:
-                    ids[q, :n] = [int(h.docid) for h in hs]
-                    scores[q, :n] = [h.score for h in hs]
+                if self._id_rows is None:
+                    pairs = [(int(h.docid), h.score) for h in hs]
+                else:
+                    pairs = [(self._id_rows[h.docid], h.score) for h in hs if h.docid in self._id_rows]
+                if pairs:
+                    ids[q, : len(pairs)] = [r for r, _ in pairs]
+                    scores[q, : len(pairs)] = [s for _, s in pairs]
         return Ranking(ids, scores)
+
+    def describe(self) -> dict:
+        """Engine facts for a run manifest (index, search path, JVM heap)."""
+        from retrievers.java import jvm_info
+
+        return {"index": str(getattr(self, "_path", "")), "search": "batch-helper" if getattr(self, "_batch", None) else "pyserini-batch_search",
+                "jvm": jvm_info()}
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(f"warning: {message}", file=sys.stderr)
+
+
+def _existing_index(search_lucene, spec: str) -> Path:
+    """A Lucene index directory, or a Pyserini prebuilt index name (downloaded by Pyserini; needs internet)."""
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not any(path.glob("segments_*")):
+            raise UserError(f"{spec}: not a Lucene index (no segments_N file)")
+        return path
+    if os.sep in spec or spec.startswith(".") or path.suffix:
+        raise UserError(f"{spec}: BM25 index directory not found")
+    try:
+        searcher = search_lucene.LuceneSearcher.from_prebuilt_index(spec)
+    except Exception as e:  # download or lookup failure
+        raise UserError(f"{spec}: cannot open Pyserini prebuilt index ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    if searcher is None:
+        raise UserError(f"{spec}: not a directory and not a Pyserini prebuilt index name")
+    return Path(searcher.index_dir)
 
 
 def _pyserini():

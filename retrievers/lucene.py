@@ -1,0 +1,325 @@
+"""Lucene indexes for BM25: built from files by Anserini's indexer, searched in batches.
+
+Building (:func:`build_index`): the corpus is streamed in chunks into Pyserini
+``JsonCollection`` JSONL shards (``{"id": row, "contents": text}``), then
+Anserini's multi-threaded ``IndexCollection`` (the program behind
+``python -m pyserini.index.lucene``; Lin et al. 2021, "Pyserini") indexes them in
+a separate JVM, into a temporary directory that becomes the index only when the
+build finished (``_COMPLETE`` marker, ``os.replace``).  A killed build leaves
+only a temporary directory that the next build removes.
+
+Searching (:class:`BatchSearcher`): the same search as Anserini 1.7's
+``SimpleSearcher.batch_search`` (same query generator and analyzer, same
+``Sort(score, id)`` tie-break, Anserini's own score-tie adjuster), run by our
+small Java class ``qaeval.BatchSearch`` (``retrievers/java_src``), which maps
+Lucene doc ids to corpus rows through one int array and hands a batch's rows and
+scores to numpy as one binary file; no stored document is loaded per hit and no
+object per hit crosses JNI.  Rankings are identical to ``batch_search``'s
+(tests/test_bm25_engine.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from data.errors import UserError
+
+CHUNK = 20_000  # corpus rows per streamed chunk (bounded memory)
+SHARD_DOCS = 250_000  # most documents per JSONL shard (IndexCollection parallelises over files)
+
+
+# ---------------------------------------------------------------------------- building
+def index_args(language: str = "en", pretokenized: bool = False) -> list[str]:
+    """IndexCollection options beyond input/output/threads (the ones the index key depends on)."""
+    args = ["-storePositions", "-storeDocvectors"]
+    if pretokenized:
+        args.append("-pretokenized")
+    elif language != "en":
+        args += ["-language", language]
+    return args
+
+
+def write_jsonl_shards(contents: Iterator[Sequence[str]], n_docs: int, out_dir: Path, shards: int,
+                       start_row: int = 0, desc: str = "bm25 write") -> int:
+    """Write ``JsonCollection`` shards ``docs-NNN.jsonl`` with ids = row numbers; returns documents written.
+
+    ``contents`` yields chunks of document texts in row order; nothing is held
+    beyond one chunk.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    per = max(1, math.ceil(n_docs / max(1, shards)))
+    row, shard, written_in_shard = start_row, 0, 0
+    f = open(out_dir / f"docs-{shard:03d}.jsonl", "w", encoding="utf-8")
+    dumps = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
+    try:
+        with tqdm(total=n_docs, desc=desc, unit="doc", unit_scale=True, leave=False) as bar:
+            for chunk in contents:
+                lines = []
+                for text in chunk:
+                    if written_in_shard >= per:
+                        f.write("".join(lines))
+                        lines = []
+                        f.close()
+                        shard += 1
+                        written_in_shard = 0
+                        f = open(out_dir / f"docs-{shard:03d}.jsonl", "w", encoding="utf-8")
+                    lines.append('{"id": "%d", "contents": %s}\n' % (row, dumps(text)))
+                    row += 1
+                    written_in_shard += 1
+                f.write("".join(lines))
+                bar.update(len(chunk))
+    finally:
+        f.close()
+    return row - start_row
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Linux: the indexer JVM gets SIGKILL when the Python process that started it dies."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+_ADDED = re.compile(r": (\d+) docs added\.")
+_INDEXED = re.compile(r"([\d,]+) documents indexed")
+
+
+def run_index_collection(input_dir: Path, index_dir: Path, args: Sequence[str], threads: int, n_docs: int,
+                         memory_buffer_mb: int = 1024, heap: str | None = None, desc: str = "bm25 index") -> dict:
+    """Run Anserini's ``IndexCollection`` on a JsonCollection directory, in its own JVM.
+
+    Shows progress in docs/s (from the indexer's per-file log lines); raises
+    ``UserError`` with the indexer's last error line when it fails.  Returns the
+    final counters (``indexed``, ``empty``, ...).
+    """
+    from retrievers.java import java_command
+
+    cmd = java_command(heap) + [
+        "io.anserini.index.IndexCollection", "-collection", "JsonCollection", "-input", str(input_dir),
+        "-index", str(index_dir), "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(max(1, threads)),
+        "-memoryBuffer", str(memory_buffer_mb), "-verbose", *args,
+    ]
+    counters: dict[str, int] = {}
+    tail: list[str] = []
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+    try:
+        with tqdm(total=n_docs, desc=desc, unit="doc", unit_scale=True, leave=False) as bar:
+            done = 0
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                tail = (tail + [line.rstrip()])[-20:]
+                m = _ADDED.search(line)
+                if m:
+                    done += int(m.group(1))
+                    bar.update(int(m.group(1)))
+                    bar.set_postfix_str(f"{done / max(time.perf_counter() - t0, 1e-9):,.0f} docs/s")
+                for name in ("indexed", "unindexable", "empty", "skipped", "errors"):
+                    m2 = re.search(rf"{name}:\s+([\d,]+)", line)
+                    if m2:
+                        counters[name] = int(m2.group(1).replace(",", ""))
+        rc = proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    if rc != 0 or "indexed" not in counters:
+        errors = [t for t in tail if "ERROR" in t or "Exception" in t] or tail[-3:]
+        raise UserError(f"{index_dir}: Anserini IndexCollection failed (exit {rc}): {' | '.join(errors)[:500]}")
+    counters["seconds"] = time.perf_counter() - t0
+    return counters
+
+
+def build_index(contents: Callable[[], Iterator[Sequence[str]]], n_docs: int, path: Path, *, language: str = "en",
+                pretokenized: bool = False, threads: int | None = None) -> dict:
+    """Build the Lucene index at ``path`` atomically from streamed document texts (row ids).
+
+    ``contents()`` yields chunks of texts in corpus-row order.  The JSONL shards and
+    the index are written under a temporary sibling of ``path``; the index is moved
+    onto ``path`` with a ``_COMPLETE`` marker only when Anserini finished, and the
+    shards are removed.  Call under a file lock (two builders would both work).
+    Returns IndexCollection's counters plus timings.
+    """
+    threads = max(1, threads or os.cpu_count() or 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_builds(path)
+    shutil.rmtree(path, ignore_errors=True)  # no _COMPLETE: never served, rebuilt
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.build.", dir=path.parent))
+    try:
+        shards = max(threads, math.ceil(n_docs / SHARD_DOCS))
+        shards = int(math.ceil(shards / threads) * threads)
+        t0 = time.perf_counter()
+        written = write_jsonl_shards(contents(), n_docs, tmp / "jsonl", shards)
+        t_write = time.perf_counter() - t0
+        counters = run_index_collection(tmp / "jsonl", tmp / "index", index_args(language, pretokenized), threads, written)
+        shutil.rmtree(tmp / "jsonl")
+        counters.update(write_seconds=t_write, threads=threads, docs=written)
+        (tmp / "index" / "_COMPLETE").write_text(json.dumps(counters) + "\n")
+        os.replace(tmp / "index", path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return counters
+
+
+def remove_stale_builds(path: Path) -> None:
+    """Remove temporary directories that killed builds of ``path`` left behind."""
+    for stale in path.parent.glob(f".{path.name}.*"):
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def is_complete(path: Path) -> bool:
+    return (Path(path) / "_COMPLETE").is_file()
+
+
+# ---------------------------------------------------------------------------- searching
+class BatchSearcher:
+    """Batch BM25 search through ``qaeval.BatchSearch`` over one Lucene index.
+
+    ``lucene_searcher`` is the Pyserini ``LuceneSearcher`` on the same index, with
+    BM25 parameters and language already set: its similarity and analyzer are
+    the ones used, so scores and query analysis are Pyserini's.
+    """
+
+    def __init__(self, index_dir: str | os.PathLike, lucene_searcher):
+        from jnius import autoclass
+
+        generator = autoclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
+        obj = lucene_searcher.object
+        self.index_dir = str(index_dir)
+        self._java = autoclass("qaeval.BatchSearch")(self.index_dir, obj.get_similarity(), obj.get_analyzer(), generator)
+        self._tmp = tempfile.mkdtemp(prefix="qa-bm25-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        self.max_doc = int(self._java.maxDoc())
+
+    def map_row_ids(self, corpus_size: int) -> int:
+        """Lucene ``id`` = corpus row number (our own indexes); returns ids that are not rows."""
+        return int(self._java.mapNumericIds(int(corpus_size)))
+
+    def index_ids(self) -> np.ndarray:
+        """The ``id`` of every Lucene doc, as a fixed-width bytes array (``b""`` for deleted docs)."""
+        path = os.path.join(self._tmp, "ids.txt")
+        self._java.writeIds(path)
+        buf = np.fromfile(path, dtype=np.uint8)
+        os.unlink(path)
+        return _split_lines(buf)
+
+    def set_rows(self, rows: np.ndarray) -> None:
+        """Lucene doc -> corpus row (-1: not in the corpus; its hits are dropped)."""
+        rows = np.ascontiguousarray(rows, dtype="<i4")
+        if rows.shape != (self.max_doc,):
+            raise ValueError(f"row map has {rows.shape} entries, index has {self.max_doc} docs")
+        path = os.path.join(self._tmp, "rows.bin")
+        rows.tofile(path)
+        self._java.setRows(path)
+        os.unlink(path)
+
+    def search(self, queries: list[str], k: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k rows (int32, -1 past the last hit) and scores (float32, -inf) of each query: [Q, k] each."""
+        path = os.path.join(self._tmp, "hits.bin")
+        q = len(queries)
+        if q == 0:
+            return np.empty((0, k), np.int32), np.empty((0, k), np.float32)
+        self._java.search(queries, int(k), int(threads), path)
+        raw = np.fromfile(path, dtype=np.uint8)
+        os.unlink(path)
+        rows = raw[: q * k * 4].view("<i4").reshape(q, k)
+        scores = raw[q * k * 4 :].view("<f4").reshape(q, k)
+        return rows, scores
+
+    def close(self) -> None:
+        try:
+            self._java.close()
+        finally:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __del__(self):  # pragma: no cover - best effort
+        shutil.rmtree(getattr(self, "_tmp", ""), ignore_errors=True)
+
+
+def _split_lines(buf: np.ndarray, chunk: int = 1 << 20) -> np.ndarray:
+    """Newline-terminated UTF-8 lines -> fixed-width ``S`` array, without a Python object per line."""
+    ends = np.flatnonzero(buf == 10)
+    starts = np.concatenate([[0], ends[:-1] + 1]) if len(ends) else np.empty(0, np.int64)
+    lengths = ends - starts
+    width = int(lengths.max()) if len(lengths) else 1
+    width = max(width, 1)
+    out = np.zeros((len(ends), width), dtype=np.uint8)
+    cols = np.arange(width)
+    for lo in range(0, len(ends), chunk):
+        s, n = starts[lo : lo + chunk], lengths[lo : lo + chunk]
+        idx = s[:, None] + cols[None, :]
+        mask = cols[None, :] < n[:, None]
+        out[lo : lo + chunk] = np.where(mask, buf[np.minimum(idx, len(buf) - 1)], 0)
+    return out.view(f"S{width}").reshape(-1)
+
+
+def ids_as_bytes(ids: Sequence[str], chunk: int = 1 << 20) -> np.ndarray:
+    """Corpus ids (list or lazy sequence) -> fixed-width UTF-8 ``S`` array, chunk by chunk."""
+    if isinstance(ids, np.ndarray) and ids.dtype.kind == "S":
+        return ids
+    parts = []
+    for lo in range(0, len(ids), chunk):
+        part = np.asarray(ids[lo : lo + chunk])
+        parts.append(part if part.dtype.kind == "S" else np.char.encode(part.astype(str), "utf-8"))
+    return np.concatenate(parts) if parts else np.empty(0, "S1")
+
+
+def rows_for_ids(index_ids: np.ndarray, corpus_ids: np.ndarray) -> np.ndarray:
+    """For each index id, the corpus row with that id (-1 when none), by sorting (no dict of strings).
+
+    When under half the ids match, DPR's ``wiki:`` prefix is ignored on both sides
+    (Pyserini's ``wikipedia-dpr-100w`` ids are bare numbers; some copies of
+    ``psgs_w100.tsv`` prefix them).
+    """
+    rows = _match(index_ids, corpus_ids)
+    if len(index_ids) and (rows >= 0).mean() < 0.5:
+        strip = lambda a: np.char.replace(a, b"wiki:", b"", count=1) if a.dtype.kind == "S" else a  # noqa: E731
+        alt = _match(strip(index_ids), strip(corpus_ids))
+        if (alt >= 0).sum() > (rows >= 0).sum():
+            rows = alt
+    return rows
+
+
+def _match(index_ids: np.ndarray, corpus_ids: np.ndarray) -> np.ndarray:
+    width = max(index_ids.dtype.itemsize, corpus_ids.dtype.itemsize, 1)
+    a = index_ids.astype(f"S{width}")
+    c = corpus_ids.astype(f"S{width}")
+    order = np.argsort(c, kind="stable")
+    sorted_c = c[order]
+    pos = np.searchsorted(sorted_c, a)
+    pos_clipped = np.minimum(pos, len(c) - 1) if len(c) else pos
+    found = (pos < len(c)) & (sorted_c[pos_clipped] == a) & (a != b"") if len(c) else np.zeros(len(a), bool)
+    return np.where(found, order[pos_clipped] if len(c) else -1, -1).astype(np.int32)
+
+
+def content_hash(chunks: Iterator[Sequence[str]], *params) -> str:
+    """sha256 over parameters and every text (length-prefixed, like :func:`data.io.sha256_text`)."""
+    h = hashlib.sha256()
+    for p in params:
+        b = str(p).encode("utf-8")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    for chunk in chunks:
+        for text in chunk:
+            b = text.encode("utf-8")
+            h.update(len(b).to_bytes(8, "little"))
+            h.update(b)
+    return h.hexdigest()
