@@ -8,11 +8,16 @@ child process that answers blocks of questions over stdin/stdout; the blocks
 alternate between the two sides so that load from other processes on the
 machine hits both alike.  Model loading and a short warm-up are not timed.
 
-    python bench/reader_vs_pipeline.py --limit 1000
+    python bench/reader_vs_pipeline.py --limit 1000 --pipeline-batch-sizes 1,4,8,16
 
-Prints EM / F1 (official SQuAD v1.1 normalization, eval.answer_metrics) and
-passages per second for both, and ours minus / over theirs.  Goals: EM and F1
-within +-0.3 points, passages/s at least 3x.
+The pipeline runs at each of ``--pipeline-batch-sizes`` (its default is 1) and
+the ratio is taken against its *best* configuration.  Prints EM / F1 (official
+SQuAD v1.1 normalization, eval.answer_metrics), passages per second, executed
+GFLOP/s of our reads as a share of the machine's float32 matmul ceiling
+(bench/_machine.py), the CPU model, flags and load average before and after;
+a run on a busy machine is marked NOT A RESULT and exits with status 3.
+Goals (CPU): EM and F1 within +-0.3 points of the pipeline, passages/s at least
+1.2x the pipeline's best configuration, at least 90% of the matmul ceiling.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
 DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "minilm-squad-reader"
 DEFAULT_VENV = ROOT / ".venv-bench"
 
@@ -120,14 +126,16 @@ def main(argv=None) -> None:
     parser.add_argument("--stride", type=int, default=128)
     parser.add_argument("--max-answer-tokens", type=int, default=30)
     parser.add_argument("--max-question-tokens", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=32, help="our windows per forward pass")
-    parser.add_argument("--max-batch-tokens", type=int, default=None, help="our cap on windows x length per pass")
+    parser.add_argument("--batch-size", type=int, default=None, help="our windows per forward pass (default: the reader's, by device)")
+    parser.add_argument("--max-batch-tokens", type=int, default=None, help="our cap on windows x length per pass (default: the reader's)")
     parser.add_argument("--dtype", default="auto", help="our dtype: auto (float32 on CPU), float32, bfloat16, float16")
-    parser.add_argument("--pipeline-batch-size", type=int, default=1, help="the pipeline's batch_size (its default is 1)")
+    parser.add_argument("--pipeline-batch-sizes", default="1,4,8,16",
+                        help="the pipeline's batch_size values to run (its default is 1); the ratio uses the fastest")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads, both sides (default: all cores)")
     parser.add_argument("--venv", default=str(DEFAULT_VENV), help="bench venv with transformers 4.57.x")
     parser.add_argument("--data-dir", default=os.environ.get("QA_DATA_DIR") or str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--serve-pipeline", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--allow-busy", action="store_true", help="exit 0 on a busy machine (the table is still marked NOT A RESULT)")
     args = parser.parse_args(argv)
 
     threads = args.threads or len(os.sched_getaffinity(0))
@@ -138,6 +146,12 @@ def main(argv=None) -> None:
     sys.path.insert(0, str(ROOT))
     import numpy as np
     import torch
+    from transformers import AutoConfig
+
+    import _machine
+
+    guard = _machine.start(threads)
+    ceil = _machine.ceilings(threads, ("float32",))
 
     from eval.answer_metrics import exact_match, f1
     from readers.extractive import ExtractiveReader
@@ -158,57 +172,73 @@ def main(argv=None) -> None:
         raise SystemExit(f"error: {python} has transformers {pipe.hello.get('transformers')}; the bench venv needs 4.57.x")
     reader = ExtractiveReader(args.model, batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, num_threads=threads, dtype=args.dtype, progress=False, **settings).load()
     torch.set_num_threads(threads)
+    pipe_sizes = [int(x) for x in args.pipeline_batch_sizes.split(",")]
+    sides = ["ours"] + [f"pipeline b{b}" for b in pipe_sizes]
 
     warm = slice(0, 8)
-    pipe.ask(questions=questions[warm], contexts=contexts[warm], batch_size=args.pipeline_batch_size, **settings)
+    for b in pipe_sizes:
+        pipe.ask(questions=questions[warm], contexts=contexts[warm], batch_size=b, **settings)
     reader.read_pairs(questions[warm], contexts[warm])
 
-    ours: list[str] = [""] * len(questions)
-    theirs: list[str] = [""] * len(questions)
-    seconds = {"ours": 0.0, "pipeline": 0.0}
+    answers = {side: [""] * len(questions) for side in sides}
+    seconds = {side: 0.0 for side in sides}
     bounds = np.linspace(0, len(questions), args.blocks + 1).astype(int)
-    for b, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
-        def run_ours():
-            started = time.perf_counter()
-            reads = reader.read_pairs(questions[lo:hi], contexts[lo:hi])
-            seconds["ours"] += time.perf_counter() - started
-            ours[lo:hi] = reads.text
-
-        def run_pipeline():
-            reply = pipe.ask(questions=questions[lo:hi], contexts=contexts[lo:hi], batch_size=args.pipeline_batch_size, **settings)
-            seconds["pipeline"] += reply["seconds"]
-            theirs[lo:hi] = reply["answers"]
-
-        for run in (run_pipeline, run_ours) if b % 2 == 0 else (run_ours, run_pipeline):
-            run()
-        print(f"block {b + 1}/{args.blocks}: {hi} questions, ours {seconds['ours']:.1f}s, pipeline {seconds['pipeline']:.1f}s", file=sys.stderr)
+    for blk, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        for side in sides if blk % 2 == 0 else sides[::-1]:
+            if side == "ours":
+                started = time.perf_counter()
+                reads = reader.read_pairs(questions[lo:hi], contexts[lo:hi])
+                seconds[side] += time.perf_counter() - started
+                answers[side][lo:hi] = reads.text
+            else:
+                reply = pipe.ask(questions=questions[lo:hi], contexts=contexts[lo:hi], batch_size=int(side.split("b")[-1]), **settings)
+                seconds[side] += reply["seconds"]
+                answers[side][lo:hi] = reply["answers"]
+        print(f"block {blk + 1}/{args.blocks}: {hi} questions, " + ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()), file=sys.stderr)
     pipe.close()
 
-    def score(answers):
-        em = 100 * float(np.mean([exact_match(a, g) for a, g in zip(answers, golds)]))
-        f = 100 * float(np.mean([f1(a, g) for a, g in zip(answers, golds)]))
+    def score(ans):
+        em = 100 * float(np.mean([exact_match(a, g) for a, g in zip(ans, golds)]))
+        f = 100 * float(np.mean([f1(a, g) for a, g in zip(ans, golds)]))
         return em, f
 
     n = len(questions)
-    (em_o, f1_o), (em_p, f1_p) = score(ours), score(theirs)
-    rate_o, rate_p = n / seconds["ours"], n / seconds["pipeline"]
-    same = float(np.mean([a.strip() == b.strip() for a, b in zip(ours, theirs)]))
+    rate = {side: n / seconds[side] for side in sides}
+    best_pipe = max(sides[1:], key=lambda k: rate[k])
+    windows, tokens = reader.batch_shape(reader.device_)
+    from readers.extractive import _batches
+
+    enc = reader.tokenizer_(reader._cut_questions(questions), contexts, truncation="only_second", max_length=args.max_length,
+                            stride=args.stride, return_overflowing_tokens=True, padding=False)
+    lengths = np.array([len(x) for x in enc["input_ids"]])
+    ordered = lengths[np.argsort(-lengths, kind="stable")]
+    padded = [int(ordered[b].max()) for b in _batches(ordered, windows, tokens) for _ in range(b.stop - b.start)]
+    flops = _machine.encoder_flops(AutoConfig.from_pretrained(args.model), padded)
     print(
         f"\nSQuAD v1.1 dev, gold paragraph, {n} questions; model {args.model}\n"
         f"max_length {args.max_length}, stride {args.stride}, max answer {args.max_answer_tokens} tokens, "
         f"max question {args.max_question_tokens} tokens, {threads} CPU threads; "
-        f"ours batch {args.batch_size} dtype {reader.dtype_}, pipeline batch {args.pipeline_batch_size} "
-        f"(transformers {pipe.hello['transformers']})\n"
+        f"ours batch {windows} windows / {tokens} tokens, dtype {reader.dtype_} "
+        f"(transformers {pipe.hello['transformers']} for the pipeline)\n{_machine.ceiling_line(ceil)}; "
+        f"{len(lengths)} windows, mean {lengths.mean():.0f} tokens, {flops / n / 1e9:.2f} GFLOP per passage\n"
     )
-    print(f"{'':<22}{'EM':>8}{'F1':>8}{'passages/s':>12}{'seconds':>9}")
-    print(f"{'pipeline':<22}{em_p:>8.2f}{f1_p:>8.2f}{rate_p:>12.2f}{seconds['pipeline']:>9.1f}")
-    print(f"{'ExtractiveReader':<22}{em_o:>8.2f}{f1_o:>8.2f}{rate_o:>12.2f}{seconds['ours']:>9.1f}")
-    print(f"{'ours - pipeline':<22}{em_o - em_p:>+8.2f}{f1_o - f1_p:>+8.2f}{'':>12}")
-    print(f"{'ours / pipeline':<22}{'':>8}{'':>8}{rate_o / rate_p:>11.2f}x")
-    print(f"\nidentical answer strings: {100 * same:.1f}%")
+    print(f"{'':<22}{'EM':>8}{'F1':>8}{'passages/s':>12}{'seconds':>9}{'GFLOP/s':>9}{'ceiling':>9}")
+    for side in sides:
+        em, f = score(answers[side])
+        gf = flops / seconds[side] / 1e9
+        print(f"{side:<22}{em:>8.2f}{f:>8.2f}{rate[side]:>12.2f}{seconds[side]:>9.1f}{gf:>9.1f}{100 * gf / ceil['float32']:>8.0f}%")
+    (em_o, f1_o), (em_p, f1_p) = score(answers["ours"]), score(answers[best_pipe])
+    print(f"{'ours - ' + best_pipe:<22}{em_o - em_p:>+8.2f}{f1_o - f1_p:>+8.2f}")
+    ratio = rate["ours"] / rate[best_pipe]
+    print(f"{'ours / ' + best_pipe:<22}{'':>16}{ratio:>11.2f}x   (ours / pipeline b1: {rate['ours'] / rate.get('pipeline b1', float('nan')):.2f}x)")
+    same = float(np.mean([a.strip() == b.strip() for a, b in zip(answers["ours"], answers[best_pipe])]))
+    print(f"\nidentical answer strings (ours vs {best_pipe}): {100 * same:.1f}%")
+    share = flops / seconds["ours"] / 1e9 / ceil["float32"]
     ok_quality = abs(em_o - em_p) <= 0.3 and abs(f1_o - f1_p) <= 0.3
-    print(f"goals: EM/F1 within +-0.3: {'yes' if ok_quality else 'NO'}; passages/s >= 3x: {'yes' if rate_o >= 3 * rate_p else 'NO'}")
+    print(f"goals: EM/F1 within +-0.3: {'yes' if ok_quality else 'NO'}; >= 1.2x the pipeline's best: "
+          f"{'yes' if ratio >= 1.2 else 'NO'}; >= 90% of the matmul ceiling: {'yes' if share >= 0.9 else 'NO'} ({100 * share:.0f}%)")
+    return _machine.finish(guard, allow_busy=args.allow_busy)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

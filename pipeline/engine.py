@@ -81,13 +81,14 @@ def read_pairs_halving(reader, questions: list[str], passages: list[str], cache=
             if not is_out_of_memory(err):
                 raise
             release_accelerator_memory()
-            if reader.batch_size <= 1:
+            windows, tokens = reader.batch_shape(getattr(reader, "device_", reader.device))
+            if windows <= 1:
                 raise UserError(
                     "reader: out of accelerator memory with a batch of one window (use --device cpu or a smaller --max-length)"
                 ) from None
-            reader.batch_size = max(1, reader.batch_size // 2)
-            if reader.max_batch_tokens is not None:
-                reader.max_batch_tokens = max(int(reader.max_length), int(reader.max_batch_tokens) // 2)
+            reader.batch_size = max(1, windows // 2)
+            if tokens is not None:
+                reader.max_batch_tokens = max(int(reader.max_length), tokens // 2)
             warn_out_of_memory("reader", reader.batch_size)
 
 

@@ -105,6 +105,8 @@ def retriever_options(args) -> dict:
         dense["model"] = args.encoder
     dense.update(dense_prompt_options(args))
     bm25 = {"k1": args.bm25_k1, "b": args.bm25_b, "field": args.bm25_field}
+    if getattr(args, "bm25_index", None):
+        bm25["index_path"] = args.bm25_index
     fusion = _fusion_options(args.fusion_opt)
     if args.retriever.split(":", 1)[0] in LEARNED_FUSION:
         fusion.setdefault("seed", str(args.seed))  # learned fusers follow the run's --seed

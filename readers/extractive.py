@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+import hardware
 from data.errors import UserError
 from data.io import atomic_path, sha256_text, warn
 
@@ -42,6 +43,14 @@ ALIASES: dict[str, str] = {
 _HUB_META_FILES = ["config.json"]
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+# Batch shape by device when the caller sets none.  On the CPU a forward pass is
+# fastest with few padded tokens per batch (activations stay in cache): batches are
+# capped by padded tokens, not windows (bench/reader_batch.py measures the curve;
+# README "Reader speed" has the figures).  On CUDA large batches keep the GPU busy.
+CPU_TOKEN_BUDGET = 1024
+CPU_MAX_WINDOWS = 64
+CUDA_BATCH_SIZE = 64
 
 
 @dataclass
@@ -221,11 +230,16 @@ class ExtractiveReader:
     stride: tokens of overlap between consecutive windows of a long passage.
     max_answer_tokens: longest span, in tokens.
     max_question_tokens: longer questions are cut to this many tokens.
-    batch_size: most windows per forward pass.
-    max_batch_tokens: if set, also caps windows x padded length per pass.
+    batch_size: most windows per forward pass (default: :data:`CUDA_BATCH_SIZE`
+        on CUDA, :data:`CPU_MAX_WINDOWS` on the CPU).
+    max_batch_tokens: caps windows x padded length per pass (default: none on
+        CUDA, :data:`CPU_TOKEN_BUDGET` on the CPU).  Batching never changes a read.
     device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda[:i]"``.
-    dtype: ``"auto"`` (bfloat16 autocast on CUDA if supported, else float16;
-        float32 on CPU), ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+    dtype: ``"auto"`` (bfloat16 autocast on CUDA if supported, else float16; on
+        the CPU bfloat16 autocast where the CPU has native bf16 instructions,
+        see :func:`hardware.cpu_has_native_bf16`, else float32), ``"float32"``,
+        ``"bfloat16"`` (forced on a CPU without native bf16 it works, emulated
+        and several times slower, with a warning) or ``"float16"``.
     num_threads: CPU threads for torch (default: the cores this process may use).
     pairs_per_chunk: pairs tokenized together; each chunk's reads are added to
         the cache as soon as they are done.
@@ -241,7 +255,7 @@ class ExtractiveReader:
         stride: int = 128,
         max_answer_tokens: int = 30,
         max_question_tokens: int = 64,
-        batch_size: int = 32,
+        batch_size: int | None = None,
         max_batch_tokens: int | None = None,
         device: str = "auto",
         dtype: str = "auto",
@@ -270,6 +284,8 @@ class ExtractiveReader:
     def _check_params(self) -> None:
         for name in ("max_length", "stride", "max_answer_tokens", "max_question_tokens", "batch_size", "pairs_per_chunk"):
             value = getattr(self, name)
+            if value is None and name == "batch_size":
+                continue
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < (0 if name == "stride" else 1):
                 raise UserError(f"reader {name}={value!r}: must be a positive integer")
         if self.max_question_tokens + 4 + self.stride >= self.max_length:
@@ -301,10 +317,19 @@ class ExtractiveReader:
             if dev.startswith("cuda"):
                 dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
             else:
-                dtype = "float32"
+                dtype = "bfloat16" if hardware.cpu_has_native_bf16() else "float32"
         else:
             dtype = self.dtype
         return dev, dtype
+
+    def batch_shape(self, device: str) -> tuple[int, int | None]:
+        """(most windows, most padded tokens) per forward pass on ``device``: the set values, else the device's defaults."""
+        on_cpu = not str(device).startswith("cuda")
+        windows = self.batch_size if self.batch_size is not None else (CPU_MAX_WINDOWS if on_cpu else CUDA_BATCH_SIZE)
+        tokens = self.max_batch_tokens
+        if tokens is None and on_cpu:
+            tokens = max(CPU_TOKEN_BUDGET, int(self.max_length))
+        return int(windows), (None if tokens is None else int(tokens))
 
     def _resolve_source(self) -> tuple[str, str | None, Path]:
         """(what from_pretrained loads, hub revision or None, a local dir holding config.json)."""
@@ -407,6 +432,9 @@ class ExtractiveReader:
                 f"used); pass an extractive QA checkpoint"
             )
         model.eval().to(device)
+        if device == "cpu" and dtype == "bfloat16" and not hardware.cpu_has_native_bf16():
+            warn(f"reader dtype bfloat16 on a CPU without native bf16 ({hardware.cpu_model()}): emulated, "
+                 f"several times slower than float32")
         self.tokenizer_ = tokenizer
         self.model_ = model
         self.device_ = device
@@ -500,7 +528,8 @@ class ExtractiveReader:
         use_autocast = self.dtype_ != "float32"
         amp_dtype = getattr(torch, self.dtype_)
         with torch.inference_mode():
-            for batch in _batches(lengths[order], self.batch_size, self.max_batch_tokens):
+            windows, tokens = self.batch_shape(device)
+            for batch in _batches(lengths[order], windows, tokens):
                 rows = order[batch]
                 span = int(lengths[rows].max())
                 col0 = width - span if pad_left else 0  # the batch's columns: [col0, col0 + span)
@@ -598,10 +627,7 @@ def _as_texts(values, name: str) -> list[str]:
 
 
 def _available_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+    return hardware.available_cores()
 
 
 _DIR_HASHES: dict[tuple, str] = {}
