@@ -63,6 +63,9 @@ def add_retriever_options(group) -> None:
     group.add_argument("--bm25-k1", type=float, default=0.9)
     group.add_argument("--bm25-b", type=float, default=0.4)
     group.add_argument("--bm25-field", default="sentence", choices=TEXT_FIELDS)
+    group.add_argument("--bm25-index", metavar="DIR|NAME", help="search this existing Lucene index (a directory, e.g. built by"
+                       " python -m pyserini.index.lucene, or a Pyserini prebuilt index name such as wikipedia-dpr-100w) instead"
+                       " of building one; its document ids are matched to the corpus ids")
     group.add_argument("--encoder", help="dense encoder name or path (default all-MiniLM-L6-v2, offline)")
     group.add_argument("--dense-field", default="sentence", choices=TEXT_FIELDS)
     group.add_argument("--dense-index", default="flat", choices=["flat", "hnsw"])

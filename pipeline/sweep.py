@@ -294,7 +294,10 @@ def sweep_retriever_options(args) -> dict:
             raise UserError(f"--fusion-opt {item!r}: expected KEY=VALUE")
         k, v = item.split("=", 1)
         fusion[k.strip()] = v.strip()
-    return {"bm25": {"k1": args.bm25_k1, "b": args.bm25_b, "field": args.bm25_field}, "dense": dense, "fusion": fusion}
+    bm25 = {"k1": args.bm25_k1, "b": args.bm25_b, "field": args.bm25_field}
+    if getattr(args, "bm25_index", None):
+        bm25["index_path"] = args.bm25_index
+    return {"bm25": bm25, "dense": dense, "fusion": fusion}
 
 
 def make_reader(args):
