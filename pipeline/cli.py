@@ -70,9 +70,18 @@ def add_retriever_options(group) -> None:
     group.add_argument("--dense-field", default="sentence", choices=TEXT_FIELDS)
     group.add_argument("--dense-index", default="flat", choices=["flat", "hnsw"])
     group.add_argument("--fusion-opt", action="append", default=[], metavar="KEY=VALUE", help="option of a fused retriever (repeatable)")
+    group.add_argument("--query-prompt", help="dense query prompt: a prompt name of the model or a literal prefix; '' for none"
+                       " (default: the model's config_sentence_transformers.json prompts, else its family's, e.g. e5 'query: ')")
+    group.add_argument("--passage-prompt", help="dense passage prompt, as --query-prompt (e5: 'passage: ');"
+                       " per member of a fused spec: dense:MODEL[query_prompt=...,passage_prompt=...]")
 
 
 def add_reader_options(group) -> None:
+def dense_prompt_options(args) -> dict:
+    """The dense retriever options ``--query-prompt`` / ``--passage-prompt`` set (none when not given)."""
+    return {k: getattr(args, k) for k in ("query_prompt", "passage_prompt") if getattr(args, k, None) is not None}
+
+
     """How the extractive reader reads (windows, spans, batches, precision, score interpolation, cache)."""
     group.add_argument("--max-length", type=int, default=384)
     group.add_argument("--stride", type=int, default=128)

