@@ -76,12 +76,12 @@ def add_retriever_options(group) -> None:
                        " per member of a fused spec: dense:MODEL[query_prompt=...,passage_prompt=...]")
 
 
-def add_reader_options(group) -> None:
 def dense_prompt_options(args) -> dict:
     """The dense retriever options ``--query-prompt`` / ``--passage-prompt`` set (none when not given)."""
     return {k: getattr(args, k) for k in ("query_prompt", "passage_prompt") if getattr(args, k, None) is not None}
 
 
+def add_reader_options(group) -> None:
     """How the extractive reader reads (windows, spans, batches, precision, score interpolation, cache)."""
     group.add_argument("--max-length", type=int, default=384)
     group.add_argument("--stride", type=int, default=128)
