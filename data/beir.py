@@ -206,7 +206,7 @@ def build_beir(
     counted in ``sources["qrels_unknown_docs"]``; queries judged in the qrels
     but missing from the queries file are an error.
     """
-    from tqdm.auto import tqdm
+    from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
     ids: list[str] = []
     texts: list[str] = []

@@ -298,7 +298,7 @@ def nq_files(path: str | Path) -> list[Path]:
 
 def iter_nq_records(files: Iterable[Path]) -> Iterator[dict]:
     """Records of NQ JSONL files (plain or gzipped), with a progress bar per file."""
-    from tqdm.auto import tqdm
+    from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
     for path in files:
         with open(path, "rb") as f:

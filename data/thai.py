@@ -262,7 +262,7 @@ def _split(split: str) -> str:
 
 def build_thai_reqa(squad: dict, *, name: str, split: str, sources: dict | None = None) -> Dataset:
     """ReQA dataset of a Thai SQuAD dict: Thai sentences, answer-crossing sentences merged."""
-    from tqdm.auto import tqdm
+    from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
     from data.reqa import build_reqa
 

@@ -192,7 +192,7 @@ def answer_metrics(
     produced it (model, layer, versions) is then in ``result.info["bert_f1"]``.
     Questions without gold answers score NaN.
     """
-    from tqdm.auto import tqdm
+    from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
     _check_language(language)
     metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)

@@ -113,6 +113,22 @@ def reqa_metrics(
     }
 
 
+def reqa_per_question(ranking: Ranking, queries: Queries, corpus: Corpus, cutoffs: Sequence[int] = DEFAULT_CUTOFFS) -> dict[str, np.ndarray]:
+    """Per unique question (``eval.qrels`` order and ids): ``rr``, ``r@k`` and ``paragraph_rr``.
+
+    The means of these arrays are :func:`reqa_metrics`' sentence MRR, R@k and
+    paragraph MRR exactly (same ranks, same question grouping).
+    """
+    sent, para = query_ranks(ranking, queries, corpus)
+    s = np.fromiter(best_per_question(sent, queries.question_keys).values(), dtype=np.float64)
+    p = np.fromiter(best_per_question(para, queries.question_keys).values(), dtype=np.float64)
+    out = {"rr": 1.0 / s}
+    for k in cutoffs:
+        out[f"r@{k}"] = (s <= k).astype(np.float64)
+    out["paragraph_rr"] = 1.0 / p
+    return out
+
+
 def first_relevant_rank(ranking: Ranking, queries: Queries, none: int | None = None) -> np.ndarray:
     """1-based position of the first gold result per query (``none``, default K+1, if absent)."""
     is_gold = np.zeros(ranking.ids.shape, dtype=bool)

@@ -190,7 +190,7 @@ class RayEngine:
         if not ranges:
             return
         ray = self.start()
-        from tqdm.auto import tqdm
+        from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
         items = [{"lo": lo, "hi": hi, "texts": list(texts[lo:hi])} for lo, hi in ranges]
         params = {
@@ -214,7 +214,7 @@ class RayEngine:
         from retrievers.types import Ranking
 
         ray = self.start()
-        from tqdm.auto import tqdm
+        from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
         texts = list(query_texts)
         if not texts:
@@ -246,7 +246,7 @@ class RayEngine:
         chunks = plan.chunks(reader.pairs_per_chunk)
         if chunks:
             ray = self.start()
-            from tqdm.auto import tqdm
+            from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
             items = []
             for c, rows in enumerate(chunks):

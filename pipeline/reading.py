@@ -106,7 +106,7 @@ def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer
     with timer("answer_metrics"):
         scores = answer_metrics(answers, qs.answers, language=queries.language, metrics=tuple(wanted), bertscore=bertscore)
     recall = np.array([bearing[q, : n[q]].any() for q in range(len(rows))])
-    summary = {name: float(np.nanmean(v)) * (100.0 if name in ("em", "f1") else 1.0) for name, v in scores.items()}
+    summary = {name: float(np.nanmean(v)) for name, v in scores.items()}  # fractions in [0, 1], every metric
     summary.update(
         {
             "questions": len(rows),
@@ -119,6 +119,10 @@ def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer
     )
     info = {"reads_done": reads.n_read, "reads_reused": reads.n_reused, "read_cache": str(cache.directory),
             "reader_batch_size": reader.batch_size, "reader_max_batch_tokens": reader.max_batch_tokens}
+    split = error_split(answers, qs.answers, recall, queries.language)
+    summary["errors"] = split["summary"]
+    per_query = {"ids": list(qs.question_ids), **{name: v for name, v in scores.items()},
+                 "answer_recall": recall.astype(np.float64), "n": n.astype(np.int64), "error": split["kind"]}
     metric_info = getattr(scores, "info", {}) or {}
     if "bert_f1" in metric_info:
         summary["bert_f1_info"] = metric_info["bert_f1"]
@@ -142,4 +146,23 @@ def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer
             }
         )
     write_jsonl(stage / "details.jsonl", details)
-    return {"metrics": summary, "info": info}
+    return {"metrics": summary, "info": info, "per_query": per_query}
+
+
+def error_split(answers, golds, answer_read, language: str = "en") -> dict:
+    """Wrong answers (EM 0) split into *retrieval misses* (no answer-bearing passage was read) and
+    *reading misses* (one was read, another answer chosen).  ``kind[q]``: None (right), "retrieval" or "reading"."""
+    from eval.answer_metrics import exact_match
+
+    kind: list = []
+    for pred, gold, read in zip(answers, golds, answer_read):
+        gold = [g for g in gold if isinstance(g, str)]
+        if not gold or exact_match(pred, gold, language) == 1.0:
+            kind.append(None)
+        else:
+            kind.append("reading" if read else "retrieval")
+    q = max(len(kind), 1)
+    wrong = sum(k is not None for k in kind)
+    retrieval = sum(k == "retrieval" for k in kind)
+    return {"kind": kind, "summary": {"wrong": wrong / q, "retrieval_misses": retrieval / q,
+                                       "reading_misses": (wrong - retrieval) / q, "questions": len(kind)}}

@@ -42,6 +42,8 @@ from pipeline.cli import (
 )
 
 TREC_DEPTH = 100
+METRICS_SCALE = "fraction"  # every metric in metrics.json lies in [0, 1] (EM and F1 were percent before)
+PERCENT_METRICS = ("em", "f1", "rouge_l", "meteor", "bert_f1", "answer_recall")  # printed as percent
 LEARNED_FUSION = ("route", "mrrank")
 
 
@@ -252,8 +254,9 @@ def run(args, engine) -> int:
         ranking = stages.retrieve(retriever, dataset, depth, train=train)
     with timer("retrieval_metrics"):
         metrics = {"dataset": dataset.name, "split": dataset.split, "retriever": args.retriever,
-                   "corpus_size": len(dataset.corpus), "level": dataset.level}
-        metrics["retrieval"] = retrieval_metrics(ranking, dataset)
+                   "corpus_size": len(dataset.corpus), "level": dataset.level, "scale": METRICS_SCALE}
+        per_query: dict = {}
+        metrics["retrieval"] = retrieval_metrics(ranking, dataset, per_query)
     saved = {}
     if hasattr(retriever, "to_dict"):
         saved["retriever"] = retriever.to_dict()
@@ -284,12 +287,15 @@ def run(args, engine) -> int:
             reading = run_reader(args, dataset, ranking, selector, train, reader=reader, timer=timer, out=out,
                                  retriever_factory=new_retriever, engine=engine, stage=stage)
             metrics["reading"] = reading["metrics"]
+            per_query["reading"] = reading["per_query"]
             extra["reading"] = reading["info"]
             saved["selector"] = selector.to_dict()
         if saved:
             write_json(stage / "selector.json" if "selector" in saved else stage / "learned.json", saved)
         if callable(getattr(retriever, "save", None)):
             retriever.save(stage / "retriever")  # fitted router / re-ranker, loadable with its load()
+        metrics["ci95"] = headline_intervals(per_query, seed=args.seed)
+        write_per_query(stage / "per_query.jsonl", per_query)
         write_json(stage / "metrics.json", metrics)
         sources = dict(dataset.sources)
         if train is not None:
@@ -347,15 +353,91 @@ def skipped_records(dataset) -> int | None:
     return count if seen else None
 
 
-def retrieval_metrics(ranking, dataset) -> dict:
+def retrieval_metrics(ranking, dataset, per_query: dict | None = None) -> dict:
+    """ReQA (and BEIR) means; ``per_query`` receives ``{"ids": [...], "rr": [...], ...}`` per unique question."""
     from eval.retrieval_metrics import reqa_metrics
 
     result = {"reqa": reqa_metrics(ranking, dataset.queries, dataset.corpus)}
+    beir_values: dict = {}
     if dataset.queries.gold_grades is not None:
         from eval.beir_metrics import beir_metrics
 
-        result["beir"] = beir_metrics(ranking, dataset.queries, corpus_ids=dataset.corpus.ids)
+        result["beir"] = beir_metrics(ranking, dataset.queries, corpus_ids=dataset.corpus.ids, per_query_out=beir_values)
+    if per_query is not None:
+        per_query["retrieval"] = retrieval_per_query(ranking, dataset, beir_values)
     return result
+
+
+def retrieval_per_query(ranking, dataset, beir_values: dict) -> dict:
+    """Per unique question (``eval.qrels`` ids): ReQA ``rr``/``r@k``/``paragraph_rr``, BEIR ``ndcg@10``... when graded."""
+    from eval.qrels import question_groups
+    from eval.retrieval_metrics import reqa_per_question
+
+    groups = question_groups(dataset.queries)
+    table = {"ids": groups.ids, **reqa_per_question(ranking, dataset.queries, dataset.corpus)}
+    for name, values in beir_values.items():  # per query input; BEIR has one input per question
+        table[name.lower()] = np.asarray(values)[groups.rows]
+    return table
+
+
+# per_query.jsonl name -> the metrics.json value it averages to (its bootstrap interval goes in "ci95")
+HEADLINE = {
+    "rr": "retrieval.reqa.sentence.MRR", "r@1": "retrieval.reqa.sentence.R@1", "r@5": "retrieval.reqa.sentence.R@5",
+    "r@10": "retrieval.reqa.sentence.R@10", "paragraph_rr": "retrieval.reqa.paragraph.MRR",
+    "ndcg@10": "retrieval.beir.nDCG@10", "mrr@10": "retrieval.beir.MRR@10", "r@100": "retrieval.beir.R@100",
+    "r@1000": "retrieval.beir.R@1000",
+}
+READING_HEADLINE = ("em", "f1", "rouge_l", "meteor", "bert_f1", "answer_recall")
+
+
+def headline_intervals(per_query: dict, seed: int = 0, n_resamples: int = 1000) -> dict:
+    """95% percentile-bootstrap intervals over questions of the headline means (``eval.significance``)."""
+    from eval.significance import bootstrap_ci
+
+    out: dict = {"method": f"percentile bootstrap over questions, {n_resamples} resamples, seed {seed}"}
+    for name, key in HEADLINE.items():
+        if name in per_query.get("retrieval", {}):
+            out[key] = list(bootstrap_ci(per_query["retrieval"][name], n_resamples, seed))
+    for name in READING_HEADLINE:
+        if name in per_query.get("reading", {}):
+            out[f"reading.{name}"] = list(bootstrap_ci(per_query["reading"][name], n_resamples, seed))
+    return out
+
+
+def write_per_query(path: Path, per_query: dict) -> None:
+    """``per_query.jsonl``: one row per question, ``id`` + every per-question metric (fractions; null = not scored).
+
+    Retrieval values are keyed by the question ids of ``run.trec``/``qrels.tsv``
+    (:mod:`eval.qrels`); answer values by the dataset question id of
+    predictions.json.  The two coincide except for a question text asked of
+    several paragraphs (31 on SQuAD v1.1 dev): its later ids carry answer
+    values only.  Means over the non-null values of a column are metrics.json's.
+    """
+    from data.io import write_jsonl
+
+    rows: dict[str, dict] = {}
+    for part in ("reading", "retrieval"):
+        table = per_query.get(part)
+        if not table:
+            continue
+        for i, qid in enumerate(table["ids"]):
+            row = rows.setdefault(str(qid), {"id": str(qid)})
+            for name, values in table.items():
+                if name == "ids":
+                    continue
+                row[name] = _json_cell(values[i])
+    write_jsonl(path, rows.values())
+
+
+def _json_cell(v):
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    v = float(v)
+    return None if np.isnan(v) else v
 
 
 def _print_summary(metrics: dict, out: Path) -> None:
@@ -367,8 +449,14 @@ def _print_summary(metrics: dict, out: Path) -> None:
     for k, v in metrics["retrieval"].get("beir", {}).items():
         rows.append((f"beir {k}", v))
     for k, v in metrics.get("reading", {}).items():
-        if isinstance(v, (int, float)):
+        if k in PERCENT_METRICS and isinstance(v, (int, float)):
+            rows.append((f"reader {k} (%)", round(100.0 * v, 2)))  # metrics.json keeps the fraction
+        elif isinstance(v, (int, float)):
             rows.append((f"reader {k}", v))
+    errors = metrics.get("reading", {}).get("errors")
+    if errors:  # the headline split of wrong answers (EM 0) into its two kinds
+        rows.append(("wrong answers (%)", f"{100 * errors['wrong']:.2f} = retrieval misses {100 * errors['retrieval_misses']:.2f}"
+                                          f" + reading misses {100 * errors['reading_misses']:.2f}"))
     print_table(rows, title=f"{metrics['dataset']} {metrics['split']} / {metrics['retriever']} -> {out}")
 
 

@@ -59,6 +59,7 @@ from pipeline.cli import (
 )
 
 SWEEP_VERSION = "2"
+SWEEP_SCALE = "fraction"  # EM, F1, their intervals and regret in [0, 1] units; sweeps without it wrote percent
 DEFAULT_THETAS = "0.5:0.95:0.05"
 
 
@@ -416,7 +417,7 @@ def level_fingerprint(args, plan: SweepPlan, rows: np.ndarray, reader_identity: 
 
 
 def run_sweep(args, out: Path, timer: Timer) -> dict:
-    from tqdm.auto import tqdm
+    from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
     from data.open_domain import corpus_levels, gold_rows, restrict_corpus, sample_training_questions
     from data.registry import load_dataset
@@ -542,14 +543,14 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
             bear_all = np.concatenate([bear_cnt, np.take_along_axis(bear_cnt, r.sys_n - 1, axis=1)], axis=1)
             lo, hi = percentile_interval(bootstrap_means(em_t, weights))
             metrics = {
-                "em": np.nanmean(em_t, axis=0) * 100,
-                "f1": np.nanmean(f1_t, axis=0) * 100,
+                "em": np.nanmean(em_t, axis=0),  # fractions in [0, 1] (percent before SWEEP_SCALE)
+                "f1": np.nanmean(f1_t, axis=0),
                 "mean_n": n_t.mean(axis=0),
                 "answer_recall": ans_rec.mean(axis=0),
                 "gold_recall": gold_rec.mean(axis=0),
                 "answer_bearing": bear_all.mean(axis=0),
-                "em_ci_low": lo * 100,
-                "em_ci_high": hi * 100,
+                "em_ci_low": lo,
+                "em_ci_high": hi,
             }
             seed_metrics.append(metrics)
             per_seed_em[s, k] = metrics["em"]
@@ -562,7 +563,7 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
                     "reads_done": r.info.get("reads_done", 0), "reads_reused": r.info.get("reads_reused", 0),
                 })
         mean_table = np.mean(seed_tables, axis=0)  # [Q, M] per-question EM averaged over seeds
-        boot_em[:, k] = bootstrap_means(mean_table, weights) * 100
+        boot_em[:, k] = bootstrap_means(mean_table, weights)
         lo, hi = percentile_interval(boot_em[:, k])
         for m, name in enumerate(names):
             entry = {
@@ -584,10 +585,10 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
     reg_uniform = regret(per_seed_em, plan.sizes, reference, "uniform").mean(axis=0)
     regrets = {
         name: {
-            "mean": round(float(reg_seed[:, m].mean()), 4),
-            "std": round(float(reg_seed[:, m].std(ddof=1)) if len(plan.seeds) > 1 else 0.0, 4),
-            "ci95": [round(float(reg_lo[m]), 4), round(float(reg_hi[m]), 4)],
-            "uniform_mean": round(float(reg_uniform[m]), 4),
+            "mean": round(float(reg_seed[:, m].mean()), 6),
+            "std": round(float(reg_seed[:, m].std(ddof=1)) if len(plan.seeds) > 1 else 0.0, 6),
+            "ci95": [round(float(reg_lo[m]), 6), round(float(reg_hi[m]), 6)],
+            "uniform_mean": round(float(reg_uniform[m]), 6),
         }
         for m, name in enumerate(names)
     }
@@ -601,23 +602,23 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
     for k, size in enumerate(plan.sizes):
         top = mean_em[k, : plan.n_max]
         best_n[str(size)] = {
-            "n": int(np.argmax(top)) + 1, "em": round(float(top.max()), 4),
+            "n": int(np.argmax(top)) + 1, "em": round(float(top.max()), 6),
             "per_seed": [int(np.argmax(per_seed_em[s, k, : plan.n_max])) + 1 for s in range(len(plan.seeds))],
             "best_system": names[int(np.argmax(np.where(reference, mean_em[k], -np.inf)))],
         }
     summary = {
-        "dataset": plan.dataset.name, "split": plan.dataset.split, "questions": q_count,
+        "dataset": plan.dataset.name, "split": plan.dataset.split, "questions": q_count, "scale": SWEEP_SCALE,
         "corpus_sizes": plan.sizes, "noise_ratios": [round(s / plan.n_gold, 4) for s in plan.sizes],
         "gold_rows": plan.n_gold, "pool_rows": plan.n_pool, "seeds": plan.seeds, "n_max": plan.n_max, "tau": plan.tau,
         "thetas": plan.thetas, "best_n": best_n,
         "regret": {
             "weighting": weighting,
-            "definition": "per size: best EM among non-oracle systems minus the system's EM (EM in %); "
+            "definition": "per size: best EM among non-oracle systems minus the system's EM (EM as a fraction; x100 = EM points); "
                           + ("trapezoid weights over corpus size, normalized by the size range" if weighting == "trapezoid" else "plain mean over sizes"),
             "best_fixed": best_of("top"), "best_threshold": best_of("threshold"), "ordinal": best_of("ordinal"), "oracle": best_of("oracle"),
             "systems": regrets,
         },
-        "em_by_size": {name: [round(float(v), 4) for v in mean_em[:, m]] for m, name in enumerate(names)},
+        "em_by_size": {name: [round(float(v), 6) for v in mean_em[:, m]] for m, name in enumerate(names)},
         "reads": {
             "done": int(sum(r.info.get("reads_done", 0) for r in levels.values())),
             "reused": int(sum(r.info.get("reads_reused", 0) for r in levels.values())),
@@ -638,10 +639,19 @@ def write_csv(path: Path, rows: list[dict]) -> None:
             w.writerows(rows)
 
 
+PERCENT_COLUMNS = ("em_mean", "em_std", "em_ci_low", "em_ci_high", "f1_mean", "f1_std")
+
+
+def as_percent(row: dict) -> dict:
+    """A summary.csv row with EM/F1 columns in percent (for plots and printed tables)."""
+    return {k: (float(v) * 100 if k in PERCENT_COLUMNS and v != "" else v) for k, v in row.items()}
+
+
 def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict) -> list[str]:
     from eval.plots import curves_by_size, plot_curves
 
     written = []
+    agg_rows = [as_percent(r) for r in agg_rows]  # the plots show EM in percent
     per_n = [r for r in agg_rows if r["family"] == "top" and plan.n_min <= int(r["n"]) <= plan.n_max]
     label = lambda size: f"{size:,} ({size / plan.n_gold:.1f}x gold)"  # noqa: E731
     for key, ylabel, stem in (
@@ -663,7 +673,7 @@ def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict) 
         x = [r["corpus_size"] for r in rs]
         nice = name if not name.startswith(("threshold", "ordinal")) else f"{name} (adaptive)"
         curves.append({
-            "label": f"{nice}, regret {reg['systems'][name]['mean']:.2f}", "x": x,
+            "label": f"{nice}, regret {100 * reg['systems'][name]['mean']:.2f}", "x": x,
             "y": [r["em_mean"] for r in rs], "low": [r["em_ci_low"] for r in rs], "high": [r["em_ci_high"] for r in rs],
             "std": [r["em_std"] for r in rs], "dashed": name == "oracle",
         })
@@ -675,11 +685,11 @@ def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict) 
 def _print_summary(summary: dict, out: Path) -> None:
     rows = []
     for size, b in summary["best_n"].items():
-        rows.append((f"size {size}: best n", f"{b['n']} (EM {b['em']:.2f}; best system {b['best_system']})"))
+        rows.append((f"size {size}: best n", f"{b['n']} (EM {100 * b['em']:.2f}%; best system {b['best_system']})"))
     reg = summary["regret"]
     for key in ("best_fixed", "best_threshold", "ordinal", "oracle"):
         if reg.get(key):
-            rows.append((f"regret {key}", f"{reg[key]['regret']:.3f}  ({reg[key]['system']})"))
+            rows.append((f"regret {key} (EM points)", f"{100 * reg[key]['regret']:.3f}  ({reg[key]['system']})"))
     rows.append(("reads done / reused", f"{summary['reads']['done']} / {summary['reads']['reused']}"))
     print_table(rows, title=f"{summary['dataset']} {summary['split']} sweep ({summary['questions']} questions) -> {out}")
 

@@ -7,6 +7,11 @@ best system; then the regret of the best fixed n, the best threshold, the
 ordinal selector, a few fixed n and the oracle (Kratzwald & Feuerriegel 2018,
 "Adaptive Document Retrieval for Deep Question Answering").  A sweep over
 several seeds shows every value as mean ± std over the seeds.
+
+Files hold fractions in [0, 1] (``"scale": "fraction"`` in summary.json);
+sweeps written before that held EM, F1 and regret in percent and are migrated
+on read (:func:`migrate`).  The printed tables show EM in percent and regret in
+EM points, and say so in their headers.
 """
 
 from __future__ import annotations
@@ -37,6 +42,40 @@ def load_summary(out: str | Path) -> tuple[dict, dict[tuple[int, str], dict]]:
                 rows[(int(row["corpus_size"]), row["system"])] = row
             except (KeyError, ValueError):
                 raise UserError(f"{out / 'summary.csv'}: rows need corpus_size and system columns") from None
+    return migrate(summary, rows)
+
+
+PERCENT_COLUMNS = ("em_mean", "em_std", "em_ci_low", "em_ci_high", "f1_mean", "f1_std")
+
+
+def migrate(summary: dict, rows: dict) -> tuple[dict, dict]:
+    """Bring a sweep written before ``"scale": "fraction"`` (EM, F1 and regret in percent) to fractions.
+
+    Sweeps since then write fractions in [0, 1] everywhere; older ones are
+    converted on read, so both print the same tables.
+    """
+    if summary.get("scale") == "fraction":
+        return summary, rows
+    pct = lambda v: float(v) / 100.0  # noqa: E731
+    rows = {key: {k: (pct(v) if k in PERCENT_COLUMNS and v not in ("", None) else v) for k, v in row.items()}
+            for key, row in rows.items()}
+    summary = json.loads(json.dumps(summary))
+    for best in summary.get("best_n", {}).values():
+        if "em" in best:
+            best["em"] = pct(best["em"])
+    summary["em_by_size"] = {k: [pct(v) for v in vals] for k, vals in summary.get("em_by_size", {}).items()}
+    regret = summary.get("regret", {})
+    for info in regret.get("systems", {}).values():
+        for k in ("mean", "std", "uniform_mean"):
+            if k in info:
+                info[k] = pct(info[k])
+        if "ci95" in info:
+            info["ci95"] = [pct(v) for v in info["ci95"]]
+    for key in ("best_fixed", "best_threshold", "ordinal", "oracle"):
+        if regret.get(key):
+            regret[key]["regret"] = pct(regret[key]["regret"])
+    summary["scale"] = "fraction"
+    summary["migrated_from"] = "percent"
     return summary, rows
 
 
@@ -47,11 +86,11 @@ def _value(rows: dict, size: int, system: str, column: str) -> float:
     return float(row[column])
 
 
-def _cell(rows: dict, size: int, system: str, metric: str, digits: int, seeds: int) -> str:
-    """``metric``'s mean over seeds, with `` ± std`` when the sweep ran more than one seed."""
-    text = f"{_value(rows, size, system, f'{metric}_mean'):.{digits}f}"
+def _cell(rows: dict, size: int, system: str, metric: str, digits: int, seeds: int, scale: float = 1.0) -> str:
+    """``metric``'s mean over seeds (times ``scale``), with `` ± std`` when the sweep ran more than one seed."""
+    text = f"{scale * _value(rows, size, system, f'{metric}_mean'):.{digits}f}"
     if seeds > 1:
-        text += f" ± {_value(rows, size, system, f'{metric}_std'):.{digits}f}"
+        text += f" ± {scale * _value(rows, size, system, f'{metric}_std'):.{digits}f}"
     return text
 
 
@@ -60,7 +99,7 @@ def size_table(summary: dict, rows: dict, ns: list[int]) -> str:
     n_max = int(summary["n_max"])
     ns = [n for n in ns if n <= n_max] or [n_max]
     head = (["corpus", "noise ×"] + [f"answer recall@{n}" for n in ns] + [f"answer-bearing in top {n_max}"]
-            + [f"EM top-{n}" for n in ns] + ["best n", "best system (EM)"])
+            + [f"EM top-{n} (%)" for n in ns] + ["best n", "best system (EM %)"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     seeds = len(summary.get("seeds") or [1])
     for size, ratio in zip(summary["corpus_sizes"], summary["noise_ratios"]):
@@ -69,17 +108,17 @@ def size_table(summary: dict, rows: dict, ns: list[int]) -> str:
         cells = [f"{size:,}", f"{ratio:.1f}"]
         cells += [_cell(rows, size, f"top:{n}", "answer_recall", 3, seeds) for n in ns]
         cells += [_cell(rows, size, f"top:{n_max}", "answer_bearing", 2, seeds)]
-        cells += [_cell(rows, size, f"top:{n}", "em", 2, seeds) for n in ns]
+        cells += [_cell(rows, size, f"top:{n}", "em", 2, seeds, 100.0) for n in ns]
         best_n = str(best["n"])
         if seeds > 1:  # the n that is best on the seed-averaged EM, then each seed's own best n
             best_n += f" (per seed {', '.join(map(str, best['per_seed']))})"
-        cells += [best_n, f"{best_system} ({_value(rows, size, best_system, 'em_mean'):.2f})"]
+        cells += [best_n, f"{best_system} ({100 * _value(rows, size, best_system, 'em_mean'):.2f})"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def regret_table(summary: dict, fixed: list[int]) -> str:
-    """Regret (EM points) of the headline systems, with the bootstrap interval."""
+    """Regret (EM points: the fractions of summary.json x 100) of the headline systems, with the bootstrap interval."""
     regret = summary["regret"]
     systems = regret["systems"]
     picks = [("best fixed n", regret["best_fixed"]["system"]), ("best threshold", regret["best_threshold"]["system"]),
@@ -88,14 +127,14 @@ def regret_table(summary: dict, fixed: list[int]) -> str:
     picks += [("oracle (reads to the first answer-bearing passage)", "oracle")]
     seeds = len(summary.get("seeds") or [1])
     spread = " ± std over seeds" if seeds > 1 else ""
-    lines = [f"| system | spec | regret ({regret['weighting']}){spread} | 95% interval | uniform mean |", "|---|---|---|---|---|"]
+    lines = [f"| system | spec | regret, EM points ({regret['weighting']}){spread} | 95% interval | uniform mean |", "|---|---|---|---|---|"]
     for label, system in picks:
         info = systems.get(system)
         if info is None:
             continue
-        low, high = info["ci95"]
-        mean = f"{info['mean']:.2f}" + (f" ± {info['std']:.2f}" if seeds > 1 else "")
-        lines.append(f"| {label} | `{system}` | {mean} | [{low:.2f}, {high:.2f}] | {info['uniform_mean']:.2f} |")
+        low, high = (100 * v for v in info["ci95"])
+        mean = f"{100 * info['mean']:.2f}" + (f" ± {100 * info['std']:.2f}" if seeds > 1 else "")
+        lines.append(f"| {label} | `{system}` | {mean} | [{low:.2f}, {high:.2f}] | {100 * info['uniform_mean']:.2f} |")
     return "\n".join(lines)
 
 

@@ -611,7 +611,7 @@ def _progress_bar(enabled: bool):
     """A bar over windows (its total grows as each chunk of pairs is tokenized)."""
     if not enabled:
         return None
-    from tqdm.auto import tqdm
+    from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
     return tqdm(total=0, unit="window", desc="reading", leave=False)
 

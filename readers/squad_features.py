@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
 from data.errors import UserError
 from data.squad import load_squad_json

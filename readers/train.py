@@ -555,7 +555,7 @@ def predict_answers(model, tokenizer, examples, windows, batch_size: int = 64, m
                     autocast=contextlib.nullcontext, progress: bool = True) -> dict[str, str]:
     """Best span per question (start + end logit, at most ``max_answer_tokens``) over its windows."""
     import torch
-    from tqdm.auto import tqdm
+    from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
     from readers.squad_features import decode_answers
 
@@ -711,12 +711,9 @@ def cpu_has_native_bf16() -> bool:
     There bf16 autocast trains faster than fp32 (measured x1.3-1.6 on a 2-core AMD EPYC
     with avx512_bf16, see bench/train_speed.py); without them it is emulated and slower.
     """
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    import hardware
+
+    return hardware.cpu_has_native_bf16()
 
 
 def _seed_everything(seed: int, torch) -> None:
@@ -810,7 +807,7 @@ def _append_log(path: Path, row: dict, history: list[dict]) -> None:
 
 
 def _progress(total: int, initial: int, show: bool):
-    from tqdm.auto import tqdm
+    from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
     return tqdm(total=total, initial=initial, desc="train", unit="step", disable=not show)
 

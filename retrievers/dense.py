@@ -166,7 +166,7 @@ class DenseRetriever:
         if not ranges:
             return
         encoder = self._encoder()
-        from tqdm.auto import tqdm
+        from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
         total = sum(hi - lo for lo, hi in ranges)
         with tqdm(total=total, desc="encode corpus", unit="text", leave=False) as bar:

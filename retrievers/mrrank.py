@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from tqdm.auto import tqdm
+from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
 from data.errors import UserError
 from data.io import atomic_path, write_json

@@ -41,6 +41,7 @@ def reqa_bm25(tmp_path_factory):
     out = tmp_path_factory.mktemp("reqa_bm25")
     proc = run_cli("--dataset", "reqa_squad", "--split", "dev", "--retriever", "bm25", "--limit", "400", "--depth", "100", "--out", out)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    (out.parent / "reqa_bm25.stderr").write_text(proc.stderr)
     return out
 
 
@@ -87,3 +88,24 @@ def test_scifact_run_trec_and_qrels_give_our_metrics(scifact_bm25):
     res = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100"}).evaluate(run)
     assert np.mean([v["ndcg_cut_10"] for v in res.values()]) == pytest.approx(metrics["beir"]["nDCG@10"], abs=1e-9)
     assert np.mean([v["recall_100"] for v in res.values()]) == pytest.approx(metrics["beir"]["R@100"], abs=1e-9)
+
+
+def test_progress_in_a_log_is_lines_not_carriage_returns(reqa_bm25):
+    """stderr is a pipe here: tqdm bars print whole lines, at most one per 30 s per bar."""
+    log = (reqa_bm25.parent / "reqa_bm25.stderr").read_text()
+    assert "\r" not in log
+    bars = [l for l in log.splitlines() if "%|" in l]
+    assert bars and all(len(l) <= 200 for l in bars)
+    from data.progress import LOG_INTERVAL_S, tqdm
+
+    import io
+
+    class Pipe(io.StringIO):
+        def isatty(self):
+            return False
+
+    sink = Pipe()
+    for _ in tqdm(range(100_000), desc="loop", file=sink, mininterval=0):
+        pass
+    lines = sink.getvalue().splitlines()
+    assert LOG_INTERVAL_S >= 30 and 1 <= len(lines) <= 3 and "\r" not in sink.getvalue()  # start and end, no redraws

@@ -154,7 +154,7 @@ def test_cli_end_to_end_and_resume(tmp_path):
         rows = list(csv.DictReader(f))
     assert len(rows) == len(sizes) * len(systems)
     for r in rows:
-        assert 0 <= float(r["em"]) <= 100 and float(r["em_ci_low"]) <= float(r["em"]) <= float(r["em_ci_high"])
+        assert 0 <= float(r["em"]) <= 1 and float(r["em_ci_low"]) <= float(r["em"]) <= float(r["em_ci_high"])  # fractions
     top = {(int(r["corpus_size"]), int(r["n"])): r for r in rows if r["family"] == "top"}
     for size in sizes:  # recall@n and answer-bearing counts never fall as n grows
         rec = [float(top[(size, n)]["answer_recall"]) for n in (1, 2, 3)]
@@ -169,9 +169,32 @@ def test_cli_end_to_end_and_resume(tmp_path):
 
     size_lines, regret_lines = [part.splitlines()[2:] for part in report(out, [1, 3]).split("\n\n")]
     assert [l.split(" | ")[0] for l in size_lines] == [f"| {s:,}" for s in sizes]
-    assert size_lines[0].split(" | ")[5] == f"{float(top[(sizes[0], 1)]['em']):.2f}"
+    assert summary["scale"] == "fraction"
+    assert size_lines[0].split(" | ")[5] == f"{100 * float(top[(sizes[0], 1)]['em']):.2f}"  # tables show percent
     best_fixed = summary["regret"]["best_fixed"]
-    assert f"`{best_fixed['system']}` | {summary['regret']['systems'][best_fixed['system']]['mean']:.2f} |" in regret_lines[0]
+    assert f"`{best_fixed['system']}` | {100 * summary['regret']['systems'][best_fixed['system']]['mean']:.2f} |" in regret_lines[0]
+    # a sweep written before the fraction scale (EM, F1, regret in percent) prints the same tables
+    old = tmp_path / "old"
+    old.mkdir()
+    old_summary = json.loads(json.dumps(summary))
+    del old_summary["scale"]
+    for info in old_summary["regret"]["systems"].values():
+        info.update(mean=info["mean"] * 100, std=info["std"] * 100, uniform_mean=info["uniform_mean"] * 100,
+                    ci95=[v * 100 for v in info["ci95"]])
+    for key in ("best_fixed", "best_threshold", "ordinal", "oracle"):
+        if old_summary["regret"].get(key):
+            old_summary["regret"][key]["regret"] *= 100
+    for b in old_summary["best_n"].values():
+        b["em"] *= 100
+    (old / "summary.json").write_text(json.dumps(old_summary))
+    with open(out / "summary.csv") as f, open(old / "summary.csv", "w", newline="") as g:
+        reader = csv.DictReader(f)
+        writer = csv.DictWriter(g, fieldnames=reader.fieldnames)
+        writer.writeheader()
+        for row in reader:
+            writer.writerow({k: (float(v) * 100 if k in ("em_mean", "em_std", "em_ci_low", "em_ci_high", "f1_mean", "f1_std") else v)
+                             for k, v in row.items()})
+    assert report(old, [1, 3]) == report(out, [1, 3])
 
     # again with one more corpus size: the old sizes come from their saved results (a batch size
     # changes no read, so another one resumes them too), the new one reads only the passages no
@@ -226,7 +249,7 @@ def test_cli_several_seeds_give_means_and_stds(tmp_path):
 
     size_lines, regret_lines = [part.splitlines() for part in report(out, [1, 3]).split("\n\n")]
     em1 = agg[(sizes[1], "top:1")]
-    assert f"{float(em1['em_mean']):.2f} ± {float(em1['em_std']):.2f}" in size_lines[3]
+    assert f"{100 * float(em1['em_mean']):.2f} ± {100 * float(em1['em_std']):.2f}" in size_lines[3]
     assert "(per seed " in size_lines[3] and "± std over seeds" in regret_lines[0]
 
 
@@ -257,8 +280,8 @@ def test_headline_full_sweep_on_a_slice(tmp_path):
         row = rows[f"top:{n}"]
         # retrieval is exact; bf16 reading may differ by a question on a CPU without native bf16
         assert float(row["answer_recall_mean"]) == pytest.approx(expected["answer_recall"][n - 1], abs=1e-5)
-        assert float(row["em_mean"]) == pytest.approx(expected["em"][n - 1], abs=2 * 100 / 106 + 1e-3)
-        assert float(row["f1_mean"]) == pytest.approx(expected["f1"][n - 1], abs=2 * 100 / 106 + 1e-3)
+        assert 100 * float(row["em_mean"]) == pytest.approx(expected["em"][n - 1], abs=2 * 100 / 106 + 1e-3)  # expected: percent
+        assert 100 * float(row["f1_mean"]) == pytest.approx(expected["f1"][n - 1], abs=2 * 100 / 106 + 1e-3)
 
 
 def test_cli_bad_flags_fail_with_one_line(tmp_path):
