@@ -28,6 +28,7 @@ sentence candidates of ``reqa_squad``.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -136,22 +137,27 @@ def gold_rows(queries: Queries) -> np.ndarray:
 
 
 _RATIO = re.compile(r"^x(\d+(?:\.\d+)?)$")
+_COUNT = re.compile(r"^(\d+(?:\.\d+)?)([km]?)$")
+_FRACTION = re.compile(r"^(\d*\.\d+|\d+(?:\.\d+)?%)$")
 
 
 def parse_corpus_sizes(spec: str | Sequence, n_gold: int, n_pool: int) -> list[int]:
-    """Corpus sizes from ``"2067,5000,all"`` or ``"x1,x2,x5,x10"`` (mixable): sorted distinct counts.
+    """Corpus sizes from ``"2067,5000,all"``, ``"x1,x2,x5,x10"`` or ``"10k,100k,1M,0.5,all"`` (mixable).
 
     ``all`` is the whole pool; ``xR`` is R times the gold rows in all (``x1``:
     gold only, ``x2``: as much noise as gold), rounded and capped at the pool;
-    a count must lie in ``[n_gold, n_pool]``.
+    a count may carry a ``k`` (10^3) or ``M`` (10^6) suffix; a fraction of the
+    pool is written with a decimal point or a percent sign (``0.25``, ``25%``);
+    every size must lie in ``[max(n_gold, 1), n_pool]``.  Sorted distinct counts.
     """
     items = [str(x).strip() for x in (spec.split(",") if isinstance(spec, str) else spec)]
     items = [x for x in items if x]
     if not items:
-        raise UserError("--corpus-sizes: no sizes given (e.g. 2067,5000,all or x1,x2,x5)")
+        raise UserError("--corpus-sizes: no sizes given (e.g. 2067,5000,all, x1,x2,x5 or 10k,100k,1M,all)")
+    low_bound = max(int(n_gold), 1)
     sizes = []
     for item in items:
-        low = item.lower()
+        low = item.lower().replace("_", "")
         if low == "all":
             sizes.append(n_pool)
             continue
@@ -160,16 +166,28 @@ def parse_corpus_sizes(spec: str | Sequence, n_gold: int, n_pool: int) -> list[i
             ratio = float(m.group(1))
             if ratio < 1:
                 raise UserError(f"--corpus-sizes {item}: a noise ratio must be >= x1 (x1 = the gold rows only)")
+            if n_gold == 0:
+                raise UserError(f"--corpus-sizes {item}: a noise ratio needs gold rows, and these questions have no known gold passages; use counts (10k), fractions (0.1) or all")
             sizes.append(min(n_pool, int(round(ratio * n_gold))))
             continue
-        try:
-            size = int(low.replace("_", ""))
-        except ValueError:
-            raise UserError(f"--corpus-sizes {item!r}: expected a count, xRATIO or all") from None
-        if size < n_gold:
-            raise UserError(f"--corpus-sizes {size}: below the {n_gold} gold rows of the evaluated questions (use x1 for gold only)")
+        if _FRACTION.match(low):
+            frac = float(low[:-1]) / 100 if low.endswith("%") else float(low)
+            if not 0 < frac <= 1:
+                raise UserError(f"--corpus-sizes {item}: a fraction of the pool must lie in (0, 1]")
+            size = max(1, int(round(frac * n_pool)))
+            if size < low_bound:
+                raise UserError(f"--corpus-sizes {item}: {size} rows, below the {n_gold} gold rows of the evaluated questions")
+            sizes.append(size)
+            continue
+        m = _COUNT.match(low)
+        if not m or (m.group(2) == "" and "." in m.group(1)):
+            raise UserError(f"--corpus-sizes {item!r}: expected a count (10000, 10k, 1M), a fraction (0.1, 10%), xRATIO or all")
+        size = int(round(float(m.group(1)) * {"": 1, "k": 1_000, "m": 1_000_000}[m.group(2)]))
+        if size < low_bound:
+            what = f"the {n_gold} gold rows of the evaluated questions (use x1 for gold only)" if n_gold else "1 row"
+            raise UserError(f"--corpus-sizes {item}: below {what}")
         if size > n_pool:
-            raise UserError(f"--corpus-sizes {size}: above the {n_pool} rows of the pool (use all)")
+            raise UserError(f"--corpus-sizes {item}: above the {n_pool} rows of the pool (use all)")
         sizes.append(size)
     return sorted(set(sizes))
 
@@ -203,16 +221,28 @@ def corpus_levels(n_pool: int, gold: Sequence[int], sizes: Sequence[int], seed: 
 
 
 def restrict_corpus(dataset: Dataset, rows: np.ndarray) -> Dataset:
-    """``dataset`` with only corpus ``rows`` (in that order); gold rows re-indexed, rows outside dropped."""
+    """``dataset`` with only corpus ``rows`` (in that order); gold rows re-indexed, rows outside dropped.
+
+    For open datasets the gold is the known gold only (re-indexed): a ranking
+    over the new corpus adds its answer-bearing rows (``pipeline.stages.retrieve``).
+    """
     rows = np.asarray(rows, dtype=np.int64)
     new_row = np.full(len(dataset.corpus), -1, dtype=np.int64)
     new_row[rows] = np.arange(len(rows))
     queries = dataset.queries.subset(range(len(dataset.queries)))
-    gold = []
-    for g in dataset.queries.gold:
-        m = new_row[np.asarray(g, dtype=np.int64)]
-        gold.append(m[m >= 0])
-    queries.gold = gold
+
+    def reindex(golds):
+        out = []
+        for g in golds:
+            m = new_row[np.asarray(g, dtype=np.int64)]
+            out.append(m[m >= 0])
+        return out
+
+    base = dataset.queries.known_gold if dataset.queries.known_gold is not None else dataset.queries.gold
+    queries.gold = reindex(base)
+    if dataset.queries.known_gold is not None:
+        queries.known_gold = reindex(dataset.queries.known_gold)
+    queries.has_answer = None  # belongs to a ranking over the old corpus
     if dataset.queries.gold_grades is not None:
         queries.gold_grades = [
             np.asarray(gr)[new_row[np.asarray(g, dtype=np.int64)] >= 0]
@@ -244,6 +274,12 @@ def sample_training_questions(dataset: Dataset, limit: int | None, seed: int) ->
         raise UserError(f"--train-limit {limit}: fitting needs at least 2 questions")
     corpus = dataset.corpus
     first = np.array([int(np.asarray(g).reshape(-1)[0]) if len(g) else -1 for g in queries.gold], dtype=np.int64)
+    if not (first >= 0).any() or corpus.content_key is not None:
+        # open-domain questions: no gold passage groups them into articles, so the
+        # sample is a seeded uniform one (in the original order)
+        rows = np.sort(np.random.default_rng(np.random.SeedSequence([int(seed), 7])).permutation(len(queries))[:limit])
+        return Dataset(name=dataset.name, split=dataset.split, corpus=corpus, queries=queries.subset(rows.tolist()),
+                       sources=dict(dataset.sources), level=dataset.level)
     if corpus.titles is not None:
         _, group_of_row = np.unique(np.asarray(corpus.titles, dtype=object).astype(str), return_inverse=True)
     else:
@@ -266,3 +302,140 @@ def sample_training_questions(dataset: Dataset, limit: int | None, seed: int) ->
         level=dataset.level,
     )
 
+
+
+# ------------------------------------------------------------- open datasets
+def load_open(split, *, data_dir, data_file, arg=None, skip_bad_records=False) -> Dataset:
+    """``open:CORPUS+QUESTIONS``: any passage corpus x any question set (see :mod:`data.open_sources`).
+
+    The corpus goes through the out-of-core store (:mod:`data.corpus_store`):
+    built once per source content, memory-mapped, text fetched by row.  Gold
+    is decided after retrieval, as DPR and Pyserini decide it: the retrieved
+    passages that have an answer (``Queries.answer_match``), plus the gold
+    passage ids the question set itself gives (DPR's positive contexts).
+    ``--data-file`` replaces the question file.
+    """
+    from data.open_sources import parse_open_spec
+
+    spec = parse_open_spec(arg)
+    store, corpus_sources = open_corpus_store(spec.corpus, skip_bad_records)
+    questions, q_sources, q_skipped = load_open_questions(spec.questions, split, data_dir=data_dir,
+                                                          data_file=data_file, skip_bad_records=skip_bad_records)
+    corpus = store.corpus()
+    wanted = [g for q in questions for g in q.gold_ids]
+    row_of = store.rows_of_ids(wanted + [f"wiki:{g}" for g in wanted] + [g[5:] for g in wanted if g.startswith("wiki:")])
+
+    def known(q) -> np.ndarray:
+        rows = set()
+        for g in q.gold_ids:
+            for cand in (g, f"wiki:{g}", g[5:] if g.startswith("wiki:") else None):
+                if cand is not None and cand in row_of:
+                    rows.add(row_of[cand])
+        return np.asarray(sorted(rows), dtype=np.int64)
+
+    known_gold = [known(q) for q in questions]
+    ids = [q.qid for q in questions]
+    queries = Queries(
+        ids=list(ids), texts=[q.text for q in questions], gold=[g.copy() for g in known_gold],
+        question_keys=list(ids), question_ids=list(ids), answers=[q.answers for q in questions],
+        answer_match=spec.match, known_gold=known_gold,
+    )
+    if len(set(ids)) != len(ids):
+        raise UserError(f"open: the question ids of {spec.questions.path} are not unique")
+    sources = {**corpus_sources, **q_sources}
+    skipped = int(corpus_sources.pop("_skipped", 0)) + q_skipped
+    sources.pop("_skipped", None)
+    if skip_bad_records:
+        sources["skipped_records"] = skipped
+    sources["answer_match"] = spec.match
+    sources["known_gold_questions"] = int(sum(1 for g in known_gold if g.size))
+    name = spec.name or "open:" + _short(spec.corpus) + "+" + _short(spec.questions)
+    return Dataset(name=name, split=split, corpus=corpus, queries=queries, sources=sources, level="paragraph")
+
+
+def _short(source) -> str:
+    if source.kind == "hf":
+        return f"hf:{source.path}" + (f"/{source.config}" if source.config else "")
+    if source.kind == "squad":
+        return "squad"
+    return Path(source.path).name
+
+
+def open_corpus_store(source, skip_bad_records: bool = False):
+    """The corpus store of a corpus source (built on first use), and its sources entry."""
+    from data.beir import hub_offline
+    from data.corpus_store import cached_store, file_digest, tree_digest
+    from data.open_sources import BadRecords, corpus_files, detect_corpus_format, hub_corpus, read_corpus
+
+    meta: dict = {}
+    if source.kind == "hf":
+        if hub_offline():
+            raise UserError(f"open: corpus hf:{source.path}: hub access is switched off (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE); give a local psgs_w100.tsv")
+        import datasets
+
+        key = ["hf", source.path, source.config, datasets.__version__]
+        meta["source"] = f"hf:{source.path}/{source.config or ''}"
+
+        def records():
+            try:
+                yield from hub_corpus(source.path, source.config)
+            except UserError:
+                raise
+            except Exception as e:  # offline or unknown config
+                raise UserError(f"open: corpus hf:{source.path} could not be loaded from the hub ({type(e).__name__}: {e})") from None
+
+        store = cached_store(key, records, meta=meta, desc=f"hf:{source.path}")
+        return store, {f"hf:{source.path}": source.config or "", "corpus_store": str(store.directory)}
+    path = Path(source.path)
+    if not path.exists():
+        raise UserError(f"{path}: no such file or directory (open: corpus)")
+    fmt = source.format or detect_corpus_format(path)
+    files = corpus_files(path, fmt)
+    digest = file_digest(files[0]) if len(files) == 1 and files[0] == path else tree_digest(files, path if path.is_dir() else path.parent)
+    bad = BadRecords(skip_bad_records)
+    meta.update({"source": str(path), "format": fmt, "sha256": digest})
+
+    def records():
+        yield from read_corpus(path, fmt, bad)
+        meta["skipped_records"] = bad.count
+
+    store = cached_store([fmt, digest, bool(skip_bad_records)], records, meta=meta, desc=f"{path.name} store")
+    return store, {str(path): digest, "corpus_store": str(store.directory),
+                   "_skipped": int(store.manifest.get("skipped_records", 0) or 0)}
+
+
+def load_open_questions(source, split: str, *, data_dir=None, data_file=None, skip_bad_records=False):
+    """(questions, sources, skipped) of a question source for ``split`` (``{split}`` in paths is replaced)."""
+    from data.beir import hub_offline
+    from data.io import sha256_file
+    from data.open_sources import BadRecords, detect_question_format, hub_questions, read_questions
+
+    bad = BadRecords(skip_bad_records)
+    if source.kind == "hf":
+        if hub_offline():
+            raise UserError(f"open: questions hf:{source.path}: hub access is switched off (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE); give a local file")
+        try:
+            qs = hub_questions(source.path, source.config, split)
+        except UserError:
+            raise
+        except Exception as e:  # offline, unknown config
+            raise UserError(f"open: questions hf:{source.path} could not be loaded from the hub ({type(e).__name__}: {e})") from None
+        return qs, {f"hf:{source.path}": f"{source.config or ''}:{split}"}, 0
+    if data_file is not None:
+        path, fmt = Path(data_file), source.format
+    elif source.kind == "squad":
+        from data.registry import squad_dict
+
+        path, _ = squad_dict(split, data_dir=data_dir, data_file=None)
+        if path is None:
+            raise UserError(f"open: questions squad: no SQuAD v1.1 {split} file under {data_dir or '$QA_DATA_DIR'}")
+        fmt = "squad"
+    else:
+        path, fmt = Path(source.path.replace("{split}", split)), source.format
+    if not path.is_file():
+        raise UserError(f"{path}: no such file (open: questions for split {split!r})")
+    fmt = fmt or detect_question_format(path)
+    qs = read_questions(path, fmt, bad)
+    if not qs:
+        raise UserError(f"{path}: no questions with answers")
+    return qs, {str(path): sha256_file(path)}, bad.count

@@ -30,6 +30,7 @@ LOADERS: dict[str, str] = {
     "beir:": "data.beir:load_beir",
     "mteb:": "data.beir:load_mteb",
     "iapp_wiki_qa_squad": "data.thai:load_iapp",
+    "open:": "data.open_domain:load_open",
 }
 
 # Bump when a builder changes what it produces: it invalidates cached datasets.
@@ -49,8 +50,13 @@ def load_dataset(
     data_dir: str | Path | None = None,
     data_file: str | Path | None = None,
     skip_bad_records: bool = False,
+    answer_match: str | None = None,
 ) -> Dataset:
-    """Build (or load from cache) the dataset ``name`` for ``split``."""
+    """Build (or load from cache) the dataset ``name`` for ``split``.
+
+    ``answer_match`` (``string``/``regex``) overrides how an ``open:`` dataset
+    decides answer-bearing passages (``--answer-match``).
+    """
     split = SPLIT_ALIASES.get(split, split)
     target, arg = _resolve(name)
     module, func = target.split(":")
@@ -69,6 +75,13 @@ def load_dataset(
         raise UserError(f"dataset {name!r} split {split!r}: the corpus is empty")
     if len(ds.queries) == 0:
         raise UserError(f"dataset {name!r} split {split!r}: no queries")
+    if answer_match is not None:
+        if ds.queries.answer_match is None:
+            raise UserError(f"--answer-match applies to open: datasets (their gold is decided by answer matching), not {name!r}")
+        if answer_match not in ("string", "regex"):
+            raise UserError(f"--answer-match {answer_match!r}: use string or regex")
+        ds.queries.answer_match = answer_match
+        ds.sources["answer_match"] = answer_match
     return ds
 
 

@@ -6,9 +6,28 @@ these types and plain numpy arrays; none reaches into another's internals.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
+
+
+def take_rows(seq, rows: np.ndarray):
+    """``seq`` at ``rows``: a lazy view when ``seq`` is store-backed (has ``take``), else a list."""
+    if seq is None:
+        return None
+    if hasattr(seq, "take"):
+        return seq.take(rows)
+    return [seq[i] for i in rows]
+
+
+def fetch_rows(seq, rows) -> list:
+    """The values of ``seq`` at ``rows`` as a list (one bulk read for store-backed columns)."""
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+    if hasattr(seq, "fetch"):
+        return seq.fetch(rows)
+    return [seq[i] for i in rows]
 
 
 @dataclass
@@ -21,31 +40,55 @@ class Corpus:
     the same text (or ``""``).  ``paragraph_ids[i]`` groups candidates that come
     from the same paragraph (used for paragraph-level metrics and for reading
     whole paragraphs); ``titles`` is optional (BEIR corpora have titles).
+
+    Open-domain corpora (:mod:`data.corpus_store`) are store-backed: ``ids``,
+    ``texts``, ``contexts``, ``titles`` and ``bodies`` are lazy sequences over a
+    memory-mapped Arrow file (``len``, int index, slice/array of rows -> list,
+    chunked iteration, ``take`` for views); ``texts`` is then "title\ntext"
+    (what Pyserini indexes for DPR's Wikipedia), ``bodies`` the text alone
+    (what DPR's has-answer test looks at), ``paragraph_texts`` is empty (every
+    row is its own passage) and ``content_key`` names the content (store key
+    plus the rows of a view), so an index keyed by it is built once.
     """
 
-    ids: list[str]
-    texts: list[str]
-    contexts: list[str]
+    ids: Sequence[str]
+    texts: Sequence[str]
+    contexts: Sequence[str]
     paragraph_ids: np.ndarray  # int64 [N]
-    titles: list[str] | None = None
+    titles: Sequence[str] | None = None
     # paragraph_texts[p] is the text of paragraph p (len = number of paragraphs)
-    paragraph_texts: list[str] = field(default_factory=list)
+    paragraph_texts: Sequence[str] = field(default_factory=list)
     language: str = "en"
+    # the passage text without its title (DPR's has_answer); None: the same as texts
+    bodies: Sequence[str] | None = None
+    # hash of the content for store-backed corpora (None: hash the texts)
+    content_key: str | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
 
+    def answer_texts(self, rows) -> list[str]:
+        """Texts (title excluded) of ``rows``, fetched by row: what answer matching reads."""
+        return fetch_rows(self.bodies if self.bodies is not None else self.texts, rows)
+
     def subset(self, rows: np.ndarray) -> "Corpus":
-        """A new corpus holding only ``rows`` (paragraph ids are kept)."""
+        """A new corpus holding only ``rows`` (paragraph ids are kept; store-backed columns stay lazy views)."""
         rows = np.asarray(rows, dtype=np.int64)
+        same = self.contexts is self.texts
+        texts = take_rows(self.texts, rows)
+        key = None
+        if self.content_key is not None:
+            key = hashlib.sha256(self.content_key.encode() + b"\0" + np.ascontiguousarray(rows).tobytes()).hexdigest()[:24]
         return Corpus(
-            ids=[self.ids[i] for i in rows],
-            texts=[self.texts[i] for i in rows],
-            contexts=[self.contexts[i] for i in rows],
+            ids=take_rows(self.ids, rows),
+            texts=texts,
+            contexts=texts if same and hasattr(texts, "take") else take_rows(self.contexts, rows),
             paragraph_ids=self.paragraph_ids[rows],
-            titles=None if self.titles is None else [self.titles[i] for i in rows],
+            titles=take_rows(self.titles, rows),
             paragraph_texts=self.paragraph_texts,
             language=self.language,
+            bodies=take_rows(self.bodies, rows),
+            content_key=key,
         )
 
 
@@ -72,6 +115,14 @@ class Queries:
     # answer_sentences[q]: the gold answer sentence text (ReQA); "" otherwise
     answer_sentences: list[str] | None = None
     language: str = "en"
+    # open-domain questions: how an answer-bearing passage is decided ("string": DPR's
+    # has_answer, "regex": CuratedTREC patterns); None for datasets whose gold is fixed
+    answer_match: str | None = None
+    # open-domain: the gold rows the dataset itself knows (before retrieval adds the
+    # answer-bearing retrieved rows to ``gold``), and the [Q, K] has-answer matrix of the
+    # last ranking that resolved ``gold`` (see pipeline.stages.resolve_open_gold)
+    known_gold: list[np.ndarray] | None = None
+    has_answer: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -93,6 +144,9 @@ class Queries:
             gold_grades=pick(self.gold_grades),
             answer_sentences=pick(self.answer_sentences),
             language=self.language,
+            answer_match=self.answer_match,
+            known_gold=pick(self.known_gold),
+            has_answer=None if self.has_answer is None else self.has_answer[np.asarray(rows, dtype=np.int64)],
         )
 
 

@@ -56,6 +56,7 @@ def add_source_args(group) -> None:
     group.add_argument("--data-dir", help="local data directory (default: $QA_DATA_DIR)")
     group.add_argument("--data-file", help="explicit dataset file")
     group.add_argument("--skip-bad-records", action="store_true", help="skip (and count) invalid records instead of failing")
+    group.add_argument("--answer-match", choices=["string", "regex"], help="open: datasets: how an answer-bearing passage is decided (string: DPR has_answer; regex: CuratedTREC patterns); default: the dataset spec's")
 
 
 def add_retriever_options(group) -> None:

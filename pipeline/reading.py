@@ -52,7 +52,8 @@ def fit_selector(selector, args, train, retriever_factory, depth: int, timer) ->
         ranking = stages.retrieve(retriever, train, depth, train=train)
         ranking, queries = ranking.subset(rows), train.queries.subset(rows)
         passages = stages.passages_for(ranking, train.corpus, depth, args.read_unit)
-        bearing = stages.answer_bearing(passages, queries.answers, train.queries.language)
+        bearing = stages.answer_bearing(passages, queries.answers, train.queries.language,
+                                        match=queries.answer_match, corpus=train.corpus)
         selector.fit(passages.retriever_scores, stages.first_true(bearing, none=depth))
 
 
@@ -82,7 +83,7 @@ def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer
     if isinstance(selector, Ordinal):
         fit_selector(selector, args, train, retriever_factory, depth, timer)
     passages = stages.passages_for(rk, corpus, depth, args.read_unit)
-    bearing = stages.answer_bearing(passages, qs.answers, queries.language)
+    bearing = stages.answer_bearing(passages, qs.answers, queries.language, match=qs.answer_match, corpus=corpus)
     first_rel = stages.first_true(bearing, none=depth)
     n = selector.predict(passages.retriever_scores, first_relevant_rank=first_rel)
     n = np.minimum(n, np.maximum((passages.keys >= 0).sum(axis=1), 1))

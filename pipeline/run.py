@@ -225,7 +225,7 @@ def run(args, engine) -> int:
             reader = prepare_reader(make_reader(args), engine)  # a bad model name/path fails before retrieval
     with timer("load_data"):
         dataset = load_dataset(args.dataset, args.split, data_dir=args.data_dir, data_file=args.data_file,
-                               skip_bad_records=args.skip_bad_records)
+                               skip_bad_records=args.skip_bad_records, answer_match=getattr(args, "answer_match", None))
         dataset = limit_queries(dataset, args.limit)
     depth = args.depth
     if depth > len(dataset.corpus):
@@ -244,7 +244,7 @@ def run(args, engine) -> int:
     if needs_fit(retriever) or (selector is not None and getattr(selector, "learned", False)):
         with timer("load_train"):
             train = load_dataset(args.dataset, args.train_split, data_dir=args.data_dir,
-                                 skip_bad_records=args.skip_bad_records)
+                                 skip_bad_records=args.skip_bad_records, answer_match=getattr(args, "answer_match", None))
     if args.reader and not dataset.queries.has_answers:
         from data.beir import NO_ANSWERS_MESSAGE
 
@@ -365,6 +365,10 @@ def retrieval_metrics(ranking, dataset, per_query: dict | None = None) -> dict:
         result["beir"] = beir_metrics(ranking, dataset.queries, corpus_ids=dataset.corpus.ids, per_query_out=beir_values)
     if per_query is not None:
         per_query["retrieval"] = retrieval_per_query(ranking, dataset, beir_values)
+    if dataset.queries.has_answer is not None:  # open-domain: DPR top-k accuracy (pipeline.stages.open_metrics)
+        from pipeline.stages import open_metrics
+
+        result.update(open_metrics(ranking, dataset))
     return result
 
 
@@ -448,6 +452,8 @@ def _print_summary(metrics: dict, out: Path) -> None:
             rows.append((f"{level} {k}", v))
     for k, v in metrics["retrieval"].get("beir", {}).items():
         rows.append((f"beir {k}", v))
+    for k, v in metrics["retrieval"].get("dpr", {}).get("accuracy", {}).items():
+        rows.append((f"dpr {k} accuracy", v))
     for k, v in metrics.get("reading", {}).items():
         if k in PERCENT_METRICS and isinstance(v, (int, float)):
             rows.append((f"reader {k} (%)", round(100.0 * v, 2)))  # metrics.json keeps the fraction

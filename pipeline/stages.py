@@ -42,7 +42,53 @@ def retrieve(retriever, dataset: Dataset, depth: int, train: Dataset | None = No
             raise UserError(f"retriever {retriever.name!r} is learned: it needs a training split (--train-split)")
         retriever.fit(train)
     retriever.index(dataset.corpus)
-    return retriever.search(dataset.queries.texts, depth)
+    ranking = retriever.search(dataset.queries.texts, depth)
+    if dataset.queries.answer_match is not None:
+        resolve_open_gold(dataset.queries, dataset.corpus, ranking)
+    return ranking
+
+
+def resolve_open_gold(queries: Queries, corpus: Corpus, ranking: Ranking) -> np.ndarray:
+    """Open-domain gold from a ranking: the known gold rows plus the retrieved rows that have an answer.
+
+    DPR's protocol (Karpukhin et al. 2020) decides has-answer over the
+    retrieved passages only, so no question scans the corpus.  Sets
+    ``queries.gold`` and ``queries.has_answer`` (the ``[Q, K]`` matrix, in
+    ranking order) and returns the matrix.
+    """
+    from eval.dpr_accuracy import has_answer_matrix
+
+    mask = has_answer_matrix(ranking.ids, corpus.answer_texts, queries.answers, queries.answer_match,
+                             progress=len(queries) >= 2000)
+    known = queries.known_gold or [np.zeros(0, dtype=np.int64)] * len(queries)
+    queries.gold = [np.union1d(np.asarray(k, dtype=np.int64), ranking.ids[q][mask[q]]) for q, k in enumerate(known)]
+    queries.has_answer = mask
+    return mask
+
+
+def open_metrics(ranking: Ranking, dataset: Dataset) -> dict:
+    """Open-domain retrieval metrics: DPR top-k accuracy (k = 1, 5, 20, 100 and the depth), and
+    MRR/R@k against the known gold passages where the question set has them.
+
+    ``{"dpr": {...}, "known_gold": {...}}``; the ``reqa`` block of a run scores
+    the resolved gold (known gold + answer-bearing retrieved passages).
+    """
+    from eval.dpr_accuracy import dpr_metrics
+
+    queries = dataset.queries
+    mask = queries.has_answer
+    if mask is None or mask.shape != ranking.ids.shape:
+        mask = resolve_open_gold(queries, dataset.corpus, ranking)
+    out: dict = {"dpr": {**dpr_metrics(mask, ranking.depth), "match": queries.answer_match}}
+    known = queries.known_gold
+    if known is not None and any(len(g) for g in known):
+        from eval.retrieval_metrics import reqa_metrics
+
+        keep = [q for q, g in enumerate(known) if len(g)]
+        sub = queries.subset(keep)
+        sub.gold = [np.asarray(known[q], dtype=np.int64) for q in keep]
+        out["known_gold"] = reqa_metrics(ranking.subset(keep), sub, dataset.corpus, cutoffs=(1, 5, 20, 100))
+    return out
 
 
 # ------------------------------------------------------------------ passages
@@ -96,8 +142,19 @@ def passages_for(ranking: Ranking, corpus: Corpus, depth: int, unit: str = "sent
 
 
 # ------------------------------------------------------------ answer overlap
-def answer_bearing(passages: Passages, answers: Sequence[Sequence[str]], language: str = "en") -> np.ndarray:
-    """``[Q, N]`` bool: passage j of query q contains a gold answer (normalized, whole tokens)."""
+def answer_bearing(passages: Passages, answers: Sequence[Sequence[str]], language: str = "en", *,
+                   match: str | None = None, corpus: Corpus | None = None) -> np.ndarray:
+    """``[Q, N]`` bool: passage j of query q contains a gold answer (normalized, whole tokens).
+
+    With ``match`` (open-domain questions: ``"string"`` or ``"regex"``) it is
+    DPR's has-answer test (:mod:`eval.dpr_accuracy`) on the passage text
+    without its title, fetched by row from ``corpus``.
+    """
+    keys_are_rows = corpus is not None and (passages.unit == "sentence" or not corpus.paragraph_texts)
+    if match is not None and keys_are_rows:
+        from eval.dpr_accuracy import has_answer_matrix
+
+        return has_answer_matrix(passages.keys, corpus.answer_texts, answers, match)
     out = np.zeros(passages.keys.shape, dtype=bool)
     for q, (row, golds) in enumerate(zip(passages.texts, answers)):
         if language == "en":

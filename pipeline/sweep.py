@@ -223,6 +223,29 @@ def gold_hits(passages, queries, corpus) -> np.ndarray:
     return out
 
 
+def noise_ratio(size: int, n_gold: int) -> float | None:
+    """Corpus size over gold rows (None when the questions have no known gold passages: open datasets)."""
+    return round(size / n_gold, 4) if n_gold else None
+
+
+def open_level_counts(queries, ranking) -> dict:
+    """Open datasets: questions with an answer-bearing passage within the depth, and distinct answer-bearing rows found."""
+    mask = getattr(queries, "has_answer", None)
+    if mask is None or mask.shape != ranking.ids.shape:
+        return {}
+    return {"answer_bearing_questions": int(mask.any(axis=1).sum()), "answer_bearing_rows": int(np.unique(ranking.ids[mask]).size)}
+
+
+def open_level_summary(plan, levels: dict) -> dict:
+    """Open datasets: the answer-bearing counts per corpus size (mean over seeds) for summary.json."""
+    out = {}
+    for size in plan.sizes:
+        infos = [levels[(size, s)].info for s in plan.seeds if "answer_bearing_rows" in levels[(size, s)].info]
+        if infos:
+            out[str(size)] = {k: float(np.mean([i[k] for i in infos])) for k in ("answer_bearing_questions", "answer_bearing_rows")}
+    return {"answer_bearing_by_size": out} if out else {}
+
+
 def selector_systems(thetas: list[float], tau: int, ordinal) -> list:
     """The selectors scored at every level: threshold per θ, ordinal (fitted), oracle."""
     from selection import Oracle, Threshold
@@ -244,7 +267,7 @@ def evaluate_level(
     rows = stages.unique_question_rows(queries)
     qs, rk = queries.subset(rows), ranking.subset(rows)
     passages = stages.passages_for(rk, corpus, n_max, unit)
-    bearing = stages.answer_bearing(passages, qs.answers, queries.language)
+    bearing = stages.answer_bearing(passages, qs.answers, queries.language, match=qs.answer_match, corpus=corpus)
     hits = gold_hits(passages, qs, corpus)
     t0 = time.perf_counter()
     reads = stages.read_top(reader, qs.texts, passages, cache=cache)
@@ -278,7 +301,7 @@ def fit_ordinal(train_level, retriever, tau: int, unit: str, depth: int):
     rows = stages.unique_question_rows(train_level.queries)
     qs = train_level.queries.subset(rows)
     passages = stages.passages_for(ranking.subset(rows), train_level.corpus, tau, unit)
-    bearing = stages.answer_bearing(passages, qs.answers, qs.language)
+    bearing = stages.answer_bearing(passages, qs.answers, qs.language, match=qs.answer_match, corpus=train_level.corpus)
     selector = Ordinal(tau)
     selector.fit(passages.retriever_scores, stages.first_true(bearing, none=tau))
     return selector
@@ -431,7 +454,8 @@ def run_sweep(args, out: Path, timer: Timer) -> dict:
     if not args.reader:
         raise UserError("--reader is required (a QA checkpoint path or alias)")
     with timer("load_data"):
-        dataset = load_dataset(args.dataset, args.split, data_dir=args.data_dir, data_file=args.data_file, skip_bad_records=args.skip_bad_records)
+        dataset = load_dataset(args.dataset, args.split, data_dir=args.data_dir, data_file=args.data_file, skip_bad_records=args.skip_bad_records,
+                               answer_match=getattr(args, "answer_match", None))
         dataset = limit_queries(every_kth_question(dataset, args.every), args.limit)
     if not dataset.queries.has_answers:
         raise UserError(f"dataset {dataset.name!r} has no answer strings: a reading sweep needs answers")
@@ -446,7 +470,8 @@ def run_sweep(args, out: Path, timer: Timer) -> dict:
     fit_train = needs_fit(make_retriever())
     if not args.no_ordinal or fit_train:
         with timer("load_train"):
-            train = load_dataset(args.dataset, args.train_split, data_dir=args.data_dir, skip_bad_records=args.skip_bad_records)
+            train = load_dataset(args.dataset, args.train_split, data_dir=args.data_dir, skip_bad_records=args.skip_bad_records,
+                                 answer_match=getattr(args, "answer_match", None))
         train_sample = sample_training_questions(train, args.train_limit, args.train_seed)
     levels: dict[tuple[int, int], LevelResult] = {}
     jobs = [(size, seed) for seed in plan.seeds for size in plan.sizes]
@@ -492,6 +517,7 @@ def run_sweep(args, out: Path, timer: Timer) -> dict:
         with timer("read_and_score"):
             result = evaluate_level(level, ranking, reader, cache, plan.n_max, selectors, args.read_unit, args.mu)
         result.info.update({"corpus_size": int(size), "n_gold": plan.n_gold, "retrieve_s": round(t_retrieve, 3), **train_info})
+        result.info.update(open_level_counts(level.queries, ranking))
         save_level(out, size, seed, result, meta)
         levels[(size, seed)] = result
         same_rows[rows_key] = (size, seed)
@@ -557,7 +583,7 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
             for m, name in enumerate(names):
                 rows.append({
                     "dataset": plan.dataset.name, "split": plan.dataset.split, "corpus_size": size,
-                    "noise_ratio": round(size / plan.n_gold, 4), "seed": seed, "system": name, "family": family(name),
+                    "noise_ratio": noise_ratio(size, plan.n_gold), "seed": seed, "system": name, "family": family(name),
                     "n": m + 1 if m < width else "", "questions": q_count,
                     **{key: round(float(v[m]), 6) for key, v in metrics.items()},
                     "reads_done": r.info.get("reads_done", 0), "reads_reused": r.info.get("reads_reused", 0),
@@ -568,7 +594,7 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
         for m, name in enumerate(names):
             entry = {
                 "dataset": plan.dataset.name, "split": plan.dataset.split, "corpus_size": size,
-                "noise_ratio": round(size / plan.n_gold, 4), "system": name, "family": family(name),
+                "noise_ratio": noise_ratio(size, plan.n_gold), "system": name, "family": family(name),
                 "n": m + 1 if m < plan.n_max else "", "seeds": len(plan.seeds), "questions": q_count,
             }
             for key in ("em", "f1", "mean_n", "answer_recall", "gold_recall", "answer_bearing"):
@@ -608,9 +634,9 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
         }
     summary = {
         "dataset": plan.dataset.name, "split": plan.dataset.split, "questions": q_count, "scale": SWEEP_SCALE,
-        "corpus_sizes": plan.sizes, "noise_ratios": [round(s / plan.n_gold, 4) for s in plan.sizes],
+        "corpus_sizes": plan.sizes, "noise_ratios": [noise_ratio(s, plan.n_gold) for s in plan.sizes],
         "gold_rows": plan.n_gold, "pool_rows": plan.n_pool, "seeds": plan.seeds, "n_max": plan.n_max, "tau": plan.tau,
-        "thetas": plan.thetas, "best_n": best_n,
+        "thetas": plan.thetas, "best_n": best_n, **open_level_summary(plan, levels),
         "regret": {
             "weighting": weighting,
             "definition": "per size: best EM among non-oracle systems minus the system's EM (EM as a fraction; x100 = EM points); "
@@ -653,7 +679,7 @@ def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict) 
     written = []
     agg_rows = [as_percent(r) for r in agg_rows]  # the plots show EM in percent
     per_n = [r for r in agg_rows if r["family"] == "top" and plan.n_min <= int(r["n"]) <= plan.n_max]
-    label = lambda size: f"{size:,} ({size / plan.n_gold:.1f}x gold)"  # noqa: E731
+    label = lambda size: f"{size:,}" + (f" ({size / plan.n_gold:.1f}x gold)" if plan.n_gold else "")  # noqa: E731
     for key, ylabel, stem in (
         ("em", "exact match (%)", "em_vs_n"),
         ("answer_recall", "answer recall@n", "recall_vs_n"),
@@ -678,7 +704,8 @@ def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict) 
             "std": [r["em_std"] for r in rs], "dashed": name == "oracle",
         })
     written += plot_curves(curves, out / "em_vs_corpus_size", xlabel="corpus size (paragraphs)" if plan.dataset.level == "paragraph" else "corpus size (candidates)",
-                           ylabel="exact match (%)", title=f"{plan.dataset.name} {plan.dataset.split}: EM vs corpus size")
+                           ylabel="exact match (%)", title=f"{plan.dataset.name} {plan.dataset.split}: EM vs corpus size",
+                           logx=max(plan.sizes) >= 20 * min(plan.sizes))  # sizes over decades: log axis
     return written
 
 

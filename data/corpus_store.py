@@ -1,0 +1,357 @@
+"""Out-of-core passage corpora: an Arrow file on disk, memory-mapped, text fetched by row.
+
+A corpus of N passages costs a few NumPy arrays here, not N Python objects:
+the passages live in one Arrow IPC file (``passages.arrow``: string columns
+``id``, ``title``, ``text`` in record batches) that is memory-mapped
+(``pyarrow.memory_map``), so only the pages a stage touches are read.  The
+columns are exposed as lazy sequences (:class:`StoreColumn`): ``len``, an int
+index, a slice or an array of rows (-> ``list[str]``), iteration chunk by chunk,
+and ``take(rows)`` for a view over a subset (corpus-size levels) without
+copying anything.
+
+Stores are built once per source by streaming its records
+(:func:`build_store`, bounded memory: one record batch at a time; progress in
+passages/s) and cached under ``<cache>/corpus_store/<key>/`` where the key
+hashes the source's content (the SHA-256 of its bytes), its format and the
+parser version.  A build goes into a temporary directory that is renamed into
+place only when complete (under a file lock); a killed build leaves only a
+temporary directory, which the next build removes, so a partial store is never
+opened.  The content digest of a large file is remembered by (path, size,
+mtime) so that later runs do not re-read it to hash it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+
+from data.errors import UserError
+
+STORE_VERSION = "1"
+FILE_NAME = "passages.arrow"
+MANIFEST = "manifest.json"
+BATCH_ROWS = 65_536
+BATCH_BYTES = 128 << 20  # keeps every string array far below Arrow's 2 GiB offset limit
+COLUMNS = ("id", "title", "text")
+# "contents": what retrievers and readers see, title and text as Pyserini's DPR collections
+# store them ("title\ntext"; the text alone when there is no title)
+VIRTUAL = ("contents",)
+
+
+def _schema():
+    import pyarrow as pa
+
+    return pa.schema([(c, pa.string()) for c in COLUMNS])
+
+
+# ------------------------------------------------------------------ opening
+class CorpusStore:
+    """A built store: memory-mapped columns, row fetches, and its content key."""
+
+    def __init__(self, directory: str | os.PathLike):
+        import pyarrow as pa
+
+        self.directory = Path(directory)
+        try:
+            self.manifest = json.loads((self.directory / MANIFEST).read_text(encoding="utf-8"))
+            self._map = pa.memory_map(str(self.directory / FILE_NAME), "r")
+            self._table = pa.ipc.open_file(self._map).read_all()
+        except (OSError, ValueError, pa.ArrowInvalid) as e:
+            raise UserError(f"{self.directory}: not a readable corpus store ({e})") from None
+        if self._table.num_rows != int(self.manifest.get("rows", -1)):
+            raise UserError(f"{self.directory}: corpus store has {self._table.num_rows} rows, its manifest says {self.manifest.get('rows')}")
+        lengths = [len(c) for c in self._table.column("id").chunks]
+        self._offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
+        self.key = str(self.manifest["key"])
+
+    def __len__(self) -> int:
+        return int(self._table.num_rows)
+
+    def __reduce__(self):
+        return (open_store, (str(self.directory),))
+
+    def column(self, name: str) -> "StoreColumn":
+        if name not in COLUMNS + VIRTUAL:
+            raise KeyError(name)
+        return StoreColumn(self, name)
+
+    @property
+    def disk_bytes(self) -> int:
+        return (self.directory / FILE_NAME).stat().st_size
+
+    # -- row access
+    def _chunk_values(self, name: str, chunk: int, local: np.ndarray | None = None) -> list[str]:
+        import pyarrow as pa
+
+        if name == "contents":
+            titles = self._chunk_values("title", chunk, local)
+            texts = self._chunk_values("text", chunk, local)
+            return [f"{t}\n{x}" if t else x for t, x in zip(titles, texts)]
+        arr = self._table.column(name).chunk(chunk)
+        if local is not None:
+            arr = arr.take(pa.array(local, type=pa.int64()))
+        return arr.to_pylist()
+
+    def fetch(self, name: str, rows) -> list[str]:
+        """Values of column ``name`` at ``rows`` (any order, repeats allowed)."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if rows.size == 0:
+            return []
+        n = len(self)
+        if rows.min() < 0 or rows.max() >= n:
+            raise IndexError(f"corpus row out of range 0..{n - 1}")
+        chunk = np.searchsorted(self._offsets, rows, side="right") - 1
+        out: list = [None] * rows.size
+        order = np.argsort(chunk, kind="stable")
+        bounds = np.flatnonzero(np.diff(chunk[order])) + 1
+        for group in np.split(order, bounds):
+            c = int(chunk[group[0]])
+            values = self._chunk_values(name, c, rows[group] - self._offsets[c])
+            for pos, v in zip(group.tolist(), values):
+                out[pos] = v
+        return out
+
+    def iter_chunks(self, name: str, rows: np.ndarray | None = None, size: int = BATCH_ROWS) -> Iterator[list[str]]:
+        """Column ``name`` as lists of at most ``size`` values, in order (over ``rows`` when given)."""
+        if rows is None:
+            for c in range(len(self._offsets) - 1):
+                values = self._chunk_values(name, c)
+                for lo in range(0, len(values), size):
+                    yield values[lo : lo + size]
+            return
+        for lo in range(0, len(rows), size):
+            yield self.fetch(name, rows[lo : lo + size])
+
+    def ids_array(self):
+        """The id column as an Arrow array (for vectorized lookups)."""
+        return self._table.column("id")
+
+    def rows_of_ids(self, ids: Sequence[str]) -> dict[str, int]:
+        """``id -> row`` for the given ids that are in the store (one vectorized pass, no id dict)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        wanted = sorted(set(map(str, ids)))
+        if not wanted:
+            return {}
+        mask = pc.is_in(self._table.column("id"), value_set=pa.array(wanted, pa.string()))
+        rows = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+        return dict(zip(self.fetch("id", rows), rows.tolist()))
+
+    def corpus(self, language: str = "en"):
+        """This store as a :class:`data.types.Corpus` of lazy columns (see its docstring)."""
+        from data.types import Corpus
+
+        contents = self.column("contents")
+        return Corpus(ids=self.column("id"), texts=contents, contexts=contents,
+                      paragraph_ids=np.arange(len(self), dtype=np.int64), titles=self.column("title"),
+                      paragraph_texts=[], language=language, bodies=self.column("text"), content_key=self.key)
+
+
+class StoreColumn(Sequence):
+    """A lazy, read-only ``Sequence[str]`` over one store column, optionally through a row map."""
+
+    def __init__(self, store: CorpusStore, name: str, rows: np.ndarray | None = None):
+        self.store = store
+        self.name = name
+        self.rows = None if rows is None else np.asarray(rows, dtype=np.int64)
+
+    def __reduce__(self):
+        return (StoreColumn, (self.store, self.name, self.rows))
+
+    def __len__(self) -> int:
+        return len(self.store) if self.rows is None else int(self.rows.size)
+
+    def _base(self, idx: np.ndarray) -> np.ndarray:
+        return idx if self.rows is None else self.rows[idx]
+
+    def __getitem__(self, index):
+        if isinstance(index, (int, np.integer)):
+            i = int(index)
+            n = len(self)
+            if i < 0:
+                i += n
+            if not 0 <= i < n:
+                raise IndexError(f"corpus row {index} out of range 0..{n - 1}")
+            return self.store.fetch(self.name, self._base(np.asarray([i])))[0]
+        if isinstance(index, slice):
+            idx = np.arange(len(self))[index]
+        else:
+            idx = np.asarray(index)
+            if idx.dtype == bool:
+                idx = np.flatnonzero(idx)
+            idx = idx.astype(np.int64)
+            if idx.size and (idx.min() < -len(self) or idx.max() >= len(self)):
+                raise IndexError("corpus row out of range")
+            idx = np.where(idx < 0, idx + len(self), idx)
+        return self.store.fetch(self.name, self._base(idx))
+
+    def fetch(self, rows) -> list[str]:
+        """Values at ``rows`` (rows of this view) as a list."""
+        return self[np.asarray(rows, dtype=np.int64)]
+
+    def take(self, rows) -> "StoreColumn":
+        """A view over ``rows`` of this view (nothing is copied)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return StoreColumn(self.store, self.name, self._base(rows))
+
+    def iter_chunks(self, size: int = BATCH_ROWS) -> Iterator[list[str]]:
+        return self.store.iter_chunks(self.name, self.rows, size)
+
+    def __iter__(self) -> Iterator[str]:
+        for chunk in self.iter_chunks():
+            yield from chunk
+
+    def __repr__(self) -> str:
+        return f"StoreColumn({self.store.directory.name}:{self.name}, {len(self)} rows)"
+
+
+def open_store(directory: str | os.PathLike) -> CorpusStore:
+    return CorpusStore(directory)
+
+
+# ------------------------------------------------------------------ building
+def store_root() -> Path:
+    from data.io import cache_dir
+
+    return cache_dir("corpus_store")
+
+
+def build_store(
+    records: Iterable[tuple[str, str, str]],
+    directory: str | os.PathLike,
+    *,
+    key: str,
+    meta: dict | None = None,
+    desc: str = "corpus store",
+    total: int | None = None,
+) -> CorpusStore:
+    """Stream ``(id, title, text)`` records into a store at ``directory`` (atomic; under a lock).
+
+    Nothing is kept in memory beyond one record batch.  Duplicate ids are an
+    error (found with Arrow's vectorized ``value_counts``, not a Python set).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from tqdm.auto import tqdm
+
+    from data.io import file_lock
+
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(directory.parent / f"{directory.name}.lock"):
+        if (directory / MANIFEST).is_file():
+            return CorpusStore(directory)  # built by another process meanwhile
+        for stale in directory.parent.glob(f".{directory.name}.*.tmp"):
+            shutil.rmtree(stale, ignore_errors=True)  # left by a killed build: never trusted
+        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
+        try:
+            t0 = time.perf_counter()
+            schema = _schema()
+            n = 0
+            ids: list[str] = []
+            titles: list[str] = []
+            texts: list[str] = []
+            size = 0
+            bar = tqdm(total=total, desc=desc, unit=" passages", unit_scale=True, mininterval=2, disable=None, leave=False)
+            with pa.OSFile(str(tmp / FILE_NAME), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+
+                def flush():
+                    nonlocal ids, titles, texts, size
+                    if ids:
+                        writer.write_batch(pa.record_batch([pa.array(ids, pa.string()), pa.array(titles, pa.string()),
+                                                            pa.array(texts, pa.string())], schema=schema))
+                        bar.update(len(ids))
+                    ids, titles, texts, size = [], [], [], 0
+
+                for pid, title, text in records:
+                    ids.append(pid)
+                    titles.append(title)
+                    texts.append(text)
+                    size += len(text) + len(title) + len(pid)
+                    n += 1
+                    if len(ids) >= BATCH_ROWS or size >= BATCH_BYTES:
+                        flush()
+                flush()
+            bar.close()
+            if n == 0:
+                raise UserError(f"{desc}: the corpus is empty")
+            with pa.memory_map(str(tmp / FILE_NAME), "r") as m:
+                id_col = pa.ipc.open_file(m).read_all().column("id")
+                counts = pc.value_counts(id_col)
+                dup = pc.filter(counts, pc.greater(counts.field("counts"), 1))
+                if len(dup):
+                    first = dup[0].as_py()
+                    raise UserError(f"{desc}: passage id {first['values']!r} appears {first['counts']} times"
+                                    f" ({len(dup)} duplicated ids in all)")
+                del id_col, counts, dup
+            seconds = time.perf_counter() - t0
+            manifest = {"version": STORE_VERSION, "key": key, "rows": n, "build_s": round(seconds, 3),
+                        "passages_per_s": round(n / max(seconds, 1e-9), 1), **(meta or {})}
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            os.replace(tmp, directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return CorpusStore(directory)
+
+
+def cached_store(
+    key_parts: list,
+    records: Callable[[], Iterable[tuple[str, str, str]]],
+    *,
+    meta: dict | None = None,
+    desc: str = "corpus store",
+    root: Path | None = None,
+) -> CorpusStore:
+    """The store for ``key_parts`` (content digests, format, options), built from ``records()`` if missing."""
+    from data.io import sha256_text
+
+    key = sha256_text("corpus-store", STORE_VERSION, *key_parts)[:24]
+    root = Path(root) if root else store_root()
+    directory = root / key
+    if (directory / MANIFEST).is_file():
+        try:
+            return CorpusStore(directory)
+        except UserError:
+            shutil.rmtree(directory, ignore_errors=True)  # unreadable: rebuilt, never served
+    return build_store(records(), directory, key=key, meta=meta, desc=desc)
+
+
+# ------------------------------------------------------------ content digests
+def file_digest(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes, remembered by (path, size, mtime) so a large file is hashed once."""
+    from data.io import atomic_path, cache_dir, sha256_file
+
+    path = Path(path).resolve()
+    st = path.stat()
+    stamp = hashlib.sha256(f"{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:32]
+    memo = cache_dir("corpus_store", "digests") / f"{stamp}.txt"
+    if memo.is_file():
+        digest = memo.read_text().strip()
+        if len(digest) == 64:
+            return digest
+    digest = sha256_file(path)
+    try:
+        with atomic_path(memo) as tmp:
+            tmp.write_text(digest + "\n")
+    except UserError:
+        pass
+    return digest
+
+
+def tree_digest(paths: Sequence[Path], root: Path) -> str:
+    """Digest of several files (names relative to ``root`` and their contents)."""
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(str(Path(p).relative_to(root)).encode() + b"\0" + file_digest(p).encode() + b"\n")
+    return h.hexdigest()

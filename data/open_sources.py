@@ -1,0 +1,522 @@
+"""Readers for open-domain corpora and question sets, and the ``open:`` dataset spec.
+
+Spec (``--dataset open:SPEC``)::
+
+    open:CORPUS+QUESTIONS[+match=regex][+name=NAME]
+    open:FILE.yaml | FILE.yml | FILE.toml | FILE.json     (keys: corpus, questions, match, name)
+
+CORPUS is ``[FORMAT@]PATH`` or ``hf:wiki_dpr[/CONFIG]``; FORMAT is one of
+
+* ``dpr-tsv``: DPR's ``psgs_w100.tsv[.gz]``, tab-separated ``id, text, title``
+  with a header row ``id text title`` (its column order is followed), fields
+  CSV-quoted as DPR writes them (read with ``csv``, tab delimiter, as DPR does);
+* ``beir``: a BEIR ``corpus.jsonl[.gz]`` (``{"_id", "title", "text"}``) or a
+  BEIR directory holding one;
+* ``pyserini``: a Pyserini JsonCollection file or directory of ``.json``/
+  ``.jsonl[.gz]`` files (``{"id", "contents"}`` per line; ``contents`` is
+  ``title\\ntext`` as in Pyserini's DPR collections, the first line being the
+  title when there is more than one line).
+
+Without FORMAT it is inferred (``.tsv`` -> dpr-tsv; a directory with
+``corpus.jsonl`` -> beir; other directories -> pyserini; JSONL by the keys of
+its first record).
+
+QUESTIONS is ``[FORMAT@]PATH``, ``squad`` (the SQuAD v1.1 file of the split,
+found as ``squad_open`` finds it) or ``hf:nq_open``, ``hf:trivia_qa[/CONFIG]``
+(``rc.nocontext`` by default, or ``unfiltered.nocontext``), ``hf:web_questions``;
+FORMAT is one of
+
+* ``dpr-csv``: DPR's ``*.qa.csv``: question TAB Python list of answers;
+* ``jsonl``: DrQA/Anserini JSONL ``{"question", "answer": [...]}`` (CuratedTREC's
+  answers are regular expressions: add ``+match=regex``);
+* ``squad``: a SQuAD v1.1 JSON file (``.json``, ``.gz`` or ``.zip``);
+* ``dpr-json``: DPR's retriever training/dev JSON (``question``, ``answers``,
+  ``positive_ctxs[].passage_id``: the positive passages become known gold).
+
+``{split}`` in a question path is replaced by the split (``nq-{split}.qa.csv``),
+so ``--train-split`` finds the training questions.  Question ids are the line
+index (0-based, as Pyserini numbers DPR topics) unless the record has an id.
+A bad line is ``error: FILE:LINE: what is wrong`` (or skipped and counted with
+``--skip-bad-records``).
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import gzip
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from data.errors import UserError
+
+CORPUS_FORMATS = ("dpr-tsv", "beir", "pyserini")
+QUESTION_FORMATS = ("dpr-csv", "jsonl", "squad", "dpr-json")
+HF_QUESTIONS = ("nq_open", "trivia_qa", "web_questions")
+CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
+OPTIONS = ("match", "name")
+
+
+# ---------------------------------------------------------------------- spec
+@dataclass
+class SourceSpec:
+    kind: str  # "file" or "hf" (or "squad" for questions)
+    format: str | None
+    path: str  # path, hub name, or ""
+    config: str | None = None
+
+
+@dataclass
+class OpenSpec:
+    corpus: SourceSpec
+    questions: SourceSpec
+    match: str = "string"
+    name: str | None = None
+    text: str = ""  # the spec as given (for the dataset name)
+    options: dict = field(default_factory=dict)
+
+
+def _source(text: str, formats: tuple[str, ...], what: str, base: Path | None) -> SourceSpec:
+    text = text.strip()
+    if not text:
+        raise UserError(f"open: the {what} source is empty (open:CORPUS+QUESTIONS)")
+    if text.startswith("hf:"):
+        name, _, config = text[3:].partition("/")
+        return SourceSpec("hf", None, name, config or None)
+    if what == "questions" and text == "squad":
+        return SourceSpec("squad", "squad", "")
+    fmt = None
+    if "@" in text:
+        head, _, rest = text.partition("@")
+        if head in formats:
+            fmt, text = head, rest
+        elif head and "/" not in head and os.sep not in head:
+            raise UserError(f"open: {what} format {head!r} unknown; use one of {', '.join(formats)}")
+    path = Path(text).expanduser()
+    if base is not None and not path.is_absolute():
+        path = base / path
+    return SourceSpec("file", fmt, str(path))
+
+
+def parse_open_spec(arg: str | None) -> OpenSpec:
+    """Parse the argument of ``open:`` (see the module docstring)."""
+    if not arg:
+        raise UserError("open: give a corpus and questions, e.g. open:psgs_w100.tsv+nq-{split}.qa.csv")
+    if "+" not in arg and arg.lower().endswith(CONFIG_SUFFIXES):
+        return _config_spec(Path(arg).expanduser())
+    parts = arg.split("+")
+    options = {}
+    positional = []
+    for part in parts:
+        key, eq, value = part.partition("=")
+        if eq and key.strip() in OPTIONS:
+            options[key.strip()] = value.strip()
+        else:
+            positional.append(part)
+    if len(positional) != 2:
+        raise UserError(f"open:{arg}: expected CORPUS+QUESTIONS[+match=regex] (got {len(positional)} sources)")
+    return _make_spec(positional[0], positional[1], options, None, arg)
+
+
+def _make_spec(corpus, questions, options: dict, base: Path | None, text: str) -> OpenSpec:
+    def source(value, formats, what):
+        if isinstance(value, dict):
+            if "path" not in value:
+                raise UserError(f"open: the {what} entry needs a path (and optionally format)")
+            value = (f"{value['format']}@" if value.get("format") else "") + str(value["path"])
+        return _source(str(value), formats, what, base)
+
+    match = str(options.get("match") or "string")
+    if match not in ("string", "regex"):
+        raise UserError(f"open: match={match!r}: use string (DPR has_answer) or regex (CuratedTREC)")
+    unknown = set(options) - set(OPTIONS) - {"corpus", "questions"}
+    if unknown:
+        raise UserError(f"open: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(OPTIONS)}")
+    return OpenSpec(source(corpus, CORPUS_FORMATS, "corpus"), source(questions, QUESTION_FORMATS, "questions"),
+                    match=match, name=options.get("name"), text=text, options=dict(options))
+
+
+def _config_spec(path: Path) -> OpenSpec:
+    if not path.is_file():
+        raise UserError(f"{path}: no such file (open: dataset config)")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix == ".toml":
+            import tomllib
+
+            cfg = tomllib.loads(text)
+        elif path.suffix == ".json":
+            cfg = json.loads(text)
+        else:
+            import yaml
+
+            cfg = yaml.safe_load(text)
+    except Exception as e:  # noqa: BLE001 - any parse error is the user's file
+        raise UserError(f"{path}: cannot parse ({type(e).__name__}: {e})") from None
+    if not isinstance(cfg, dict) or "corpus" not in cfg or "questions" not in cfg:
+        raise UserError(f"{path}: an open dataset config needs the keys corpus and questions")
+    return _make_spec(cfg["corpus"], cfg["questions"], cfg, path.parent, str(path))
+
+
+# ------------------------------------------------------------------ helpers
+def open_text(path: str | os.PathLike):
+    """A text handle on a plain or gzipped UTF-8 file."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        if gz:
+            return gzip.open(path, "rt", encoding="utf-8", newline="")
+        return open(path, encoding="utf-8", newline="")
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+class BadRecords:
+    """Raise on the first bad record, or count them (``--skip-bad-records``)."""
+
+    def __init__(self, skip: bool):
+        self.skip = skip
+        self.count = 0
+
+    def __call__(self, where: str, what: str) -> None:
+        if not self.skip:
+            raise UserError(f"{where}: {what}")
+        self.count += 1
+
+
+def _reading(path, gen):
+    """Run the generator ``gen``, turning decoding/IO failures into one-line errors."""
+    try:
+        yield from gen
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start} of a block)") from None
+    except (OSError, EOFError) as e:
+        raise UserError(f"{path}: cannot read ({e})") from None
+
+
+# ------------------------------------------------------------------ corpora
+def detect_corpus_format(path: Path) -> str:
+    if path.is_dir():
+        if any((path / n).is_file() for n in ("corpus.jsonl", "corpus.jsonl.gz")):
+            return "beir"
+        return "pyserini"
+    name = path.name.lower()
+    if name.endswith((".tsv", ".tsv.gz")):
+        return "dpr-tsv"
+    first = _first_record(path)
+    if "contents" in first:
+        return "pyserini"
+    if "_id" in first or "text" in first:
+        return "beir"
+    raise UserError(f"{path}: cannot tell the corpus format (give it: dpr-tsv@, beir@ or pyserini@PATH)")
+
+
+def _first_record(path: Path) -> dict:
+    with open_text(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise UserError(f"{path}:{lineno}: malformed JSON ({e.msg})") from None
+                return rec if isinstance(rec, dict) else {}
+    return {}
+
+
+def corpus_files(path: Path, fmt: str) -> list[Path]:
+    """The files a corpus is read from, in reading order."""
+    if not path.exists():
+        raise UserError(f"{path}: no such file or directory (open: corpus)")
+    if fmt == "beir" and path.is_dir():
+        for n in ("corpus.jsonl", "corpus.jsonl.gz"):
+            if (path / n).is_file():
+                return [path / n]
+        raise UserError(f"{path}: no corpus.jsonl[.gz] in this BEIR directory")
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith((".json", ".jsonl", ".json.gz", ".jsonl.gz")))
+        if not files:
+            raise UserError(f"{path}: no .json/.jsonl files in this JsonCollection directory")
+        return files
+    return [path]
+
+
+def read_corpus(path: Path, fmt: str, bad: BadRecords) -> Iterator[tuple[str, str, str]]:
+    """``(id, title, text)`` records of a corpus source, streamed."""
+    for f in corpus_files(path, fmt):
+        if fmt == "dpr-tsv":
+            yield from _reading(f, _dpr_tsv(f, bad))
+        elif fmt == "beir":
+            yield from _reading(f, _beir_jsonl(f, bad))
+        elif fmt == "pyserini":
+            yield from _reading(f, _pyserini_json(f, bad))
+        else:
+            raise UserError(f"open: corpus format {fmt!r} unknown; use one of {', '.join(CORPUS_FORMATS)}")
+
+
+def _dpr_tsv(path: Path, bad: BadRecords):
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    with open_text(path) as f:
+        reader = csv.reader(f, delimiter="\t")
+        order = (0, 1, 2)  # id, text, title: DPR's psgs_w100 column order
+        first = True
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as e:
+                bad(f"{path}:{reader.line_num}", f"unreadable TSV line ({e})")
+                continue
+            if first:
+                first = False
+                if row and row[0].strip().lower() == "id":
+                    names = [c.strip().lower() for c in row]
+                    if sorted(names) != ["id", "text", "title"]:
+                        raise UserError(f"{path}:{reader.line_num}: header {row!r}: expected the columns id, text, title")
+                    order = (names.index("id"), names.index("text"), names.index("title"))
+                    continue
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            if len(row) != 3:
+                bad(f"{path}:{reader.line_num}", f"expected 3 tab-separated columns (id, text, title), got {len(row)}")
+                continue
+            pid = row[order[0]].strip()
+            if not pid:
+                bad(f"{path}:{reader.line_num}", "empty passage id")
+                continue
+            yield pid, row[order[2]], row[order[1]]
+
+
+def _json_lines(path: Path, bad: BadRecords):
+    """``(where, record)`` of a JSON-lines file, or of a file holding one JSON array of records."""
+    with open_text(path) as f:
+        first = True
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if first and line.lstrip().startswith("["):  # a JSON array (Pyserini reads these too)
+                try:
+                    records = json.loads(line + f.read())
+                except json.JSONDecodeError as e:
+                    raise UserError(f"{path}:{e.lineno + lineno - 1}: malformed JSON ({e.msg})") from None
+                for i, rec in enumerate(records if isinstance(records, list) else [records]):
+                    if not isinstance(rec, dict):
+                        bad(f"{path}: record {i}", "expected a JSON object")
+                        continue
+                    yield f"{path}: record {i}", rec
+                return
+            first = False
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                bad(f"{path}:{lineno}", f"malformed JSON ({e.msg})")
+                continue
+            if not isinstance(rec, dict):
+                bad(f"{path}:{lineno}", "expected a JSON object")
+                continue
+            yield f"{path}:{lineno}", rec
+
+
+def _beir_jsonl(path: Path, bad: BadRecords):
+    for where, rec in _json_lines(path, bad):
+        pid = rec.get("_id", rec.get("id"))
+        text = rec.get("text")
+        if pid is None or str(pid).strip() == "":
+            bad(where, "record without '_id'")
+            continue
+        if not isinstance(text, str):
+            bad(where, "record without a string 'text'")
+            continue
+        title = rec.get("title") or ""
+        yield str(pid), str(title), text
+
+
+def _pyserini_json(path: Path, bad: BadRecords):
+    for where, rec in _json_lines(path, bad):
+        pid = rec.get("id", rec.get("docid"))
+        contents = rec.get("contents")
+        if pid is None or str(pid).strip() == "":
+            bad(where, "record without 'id'")
+            continue
+        if not isinstance(contents, str):
+            bad(where, "record without a string 'contents'")
+            continue
+        title, nl, text = contents.partition("\n")
+        if not nl:
+            title, text = "", contents
+        yield str(pid), title, text
+
+
+def hub_corpus(name: str, config: str | None) -> Iterator[tuple[str, str, str]]:
+    """``(id, title, text)`` of a Hugging Face passage set (``wiki_dpr``: fields id/text/title), streamed."""
+    import datasets
+
+    if name != "wiki_dpr":
+        raise UserError(f"open: corpus hf:{name}: only hf:wiki_dpr[/CONFIG] is supported (or give a file)")
+    rows = datasets.load_dataset("wiki_dpr", config or "psgs_w100.nq.no_index", split="train", streaming=True)
+    for r in rows:
+        yield str(r["id"]), str(r.get("title") or ""), str(r["text"])
+
+
+# ---------------------------------------------------------------- questions
+@dataclass
+class Question:
+    qid: str
+    text: str
+    answers: list[str]
+    gold_ids: list[str] = field(default_factory=list)
+
+
+def detect_question_format(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz")):
+        return "dpr-csv"
+    if name.endswith((".jsonl", ".jsonl.gz", ".txt")):
+        return "jsonl"
+    if name.endswith((".json", ".json.gz", ".json.zip", ".zip")):
+        from data.squad import read_json_file
+
+        head = read_json_file(path)
+        if isinstance(head, dict) and "data" in head:
+            return "squad"
+        if isinstance(head, list):
+            return "dpr-json"
+    raise UserError(f"{path}: cannot tell the question format (give it: dpr-csv@, jsonl@, squad@ or dpr-json@PATH)")
+
+
+def read_questions(path: Path, fmt: str, bad: BadRecords) -> list[Question]:
+    if not path.is_file():
+        raise UserError(f"{path}: no such file (open: questions)")
+    if fmt == "dpr-csv":
+        return list(_reading(path, _dpr_csv(path, bad)))
+    if fmt == "jsonl":
+        return list(_reading(path, _drqa_jsonl(path, bad)))
+    if fmt == "squad":
+        return _squad_questions(path, bad)
+    if fmt == "dpr-json":
+        return _dpr_json(path, bad)
+    raise UserError(f"open: question format {fmt!r} unknown; use one of {', '.join(QUESTION_FORMATS)}")
+
+
+def _answer_list(value) -> list[str] | None:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(a, str) for a in value):
+        return list(value)
+    return None
+
+
+def _dpr_csv(path: Path, bad: BadRecords):
+    with open_text(path) as f:
+        reader = csv.reader(f, delimiter="\t")  # as DPR reads its qa.csv files
+        index = 0
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as e:
+                bad(f"{path}:{reader.line_num}", f"unreadable line ({e})")
+                continue
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            if len(row) != 2:
+                bad(f"{path}:{reader.line_num}", f"expected question TAB [answers], got {len(row)} columns")
+                continue
+            try:
+                answers = _answer_list(ast.literal_eval(row[1].strip()))
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                answers = None
+            if not answers:
+                bad(f"{path}:{reader.line_num}", f"answers {row[1][:60]!r} are not a Python list of strings")
+                continue
+            yield Question(str(index), row[0], answers)
+            index += 1
+
+
+def _drqa_jsonl(path: Path, bad: BadRecords):
+    index = 0
+    for where, rec in _json_lines(path, bad):
+        question = rec.get("question")
+        answers = _answer_list(rec.get("answer", rec.get("answers")))
+        if not isinstance(question, str) or not question.strip():
+            bad(where, "record without a string 'question'")
+            continue
+        if not answers:
+            bad(where, "record without 'answer' (a string or a list of strings)")
+            continue
+        qid = rec.get("id", rec.get("qid", index))
+        yield Question(str(qid), question, answers)
+        index += 1
+
+
+def _squad_questions(path: Path, bad: BadRecords) -> list[Question]:
+    from data.squad import load_squad_json
+
+    squad = load_squad_json(path, skip_bad_records=bad.skip, stats=(stats := {}))
+    bad.count += int(stats.get("skipped_records", 0))
+    out = []
+    for article in squad["data"]:
+        for para in article["paragraphs"]:
+            for qa in para["qas"]:
+                answers = list(dict.fromkeys(a["text"] for a in qa["answers"]))
+                if answers:
+                    out.append(Question(str(qa["id"]), qa["question"], answers))
+    return out
+
+
+def _dpr_json(path: Path, bad: BadRecords) -> list[Question]:
+    from data.squad import read_json_file
+
+    records = read_json_file(path)
+    if not isinstance(records, list):
+        raise UserError(f"{path}: expected a JSON list of DPR records")
+    out = []
+    for i, rec in enumerate(records):
+        where = f"{path}: record {i}"
+        if not isinstance(rec, dict) or not isinstance(rec.get("question"), str):
+            bad(where, "expected an object with a string 'question'")
+            continue
+        answers = _answer_list(rec.get("answers"))
+        if not answers:
+            bad(where, "'answers' is not a list of strings")
+            continue
+        gold = [str(c.get("passage_id", c.get("id"))) for c in rec.get("positive_ctxs") or []
+                if isinstance(c, dict) and c.get("passage_id", c.get("id")) is not None]
+        out.append(Question(str(rec.get("id", i)), rec["question"], answers, gold))
+    return out
+
+
+HF_SPLITS = {
+    "nq_open": {"dev": "validation", "train": "train"},
+    "trivia_qa": {"dev": "validation", "train": "train"},
+    "web_questions": {"train": "train", "test": "test"},
+}
+
+
+def hub_questions(name: str, config: str | None, split: str) -> list[Question]:
+    """Questions from ``nq_open``, ``trivia_qa`` (answer aliases) or ``web_questions`` on the hub."""
+    if name not in HF_QUESTIONS:
+        raise UserError(f"open: questions hf:{name}: use one of {', '.join('hf:' + n for n in HF_QUESTIONS)} (or give a file)")
+    if name == "trivia_qa" and split == "test":
+        raise UserError("open: hf:trivia_qa has no answers in its test split (use dev, as DPR does, or a DPR trivia-test.qa.csv)")
+    hf_split = HF_SPLITS[name].get(split)
+    if hf_split is None:
+        raise UserError(f"open: hf:{name} has no split {split!r}; use {' or '.join(HF_SPLITS[name])}")
+    import datasets
+
+    if name == "trivia_qa":
+        config = config or "rc.nocontext"
+        if config not in ("rc.nocontext", "unfiltered.nocontext"):
+            raise UserError(f"open: hf:trivia_qa/{config}: use rc.nocontext or unfiltered.nocontext")
+        rows = datasets.load_dataset("trivia_qa", config, split=hf_split)
+        return [Question(str(r.get("question_id", i)), r["question"], list(r["answer"]["aliases"]))
+                for i, r in enumerate(rows)]
+    rows = datasets.load_dataset(name, split=hf_split)
+    key = "answer" if name == "nq_open" else "answers"
+    return [Question(str(i), r["question"], list(r[key])) for i, r in enumerate(rows)]

@@ -1,0 +1,348 @@
+"""open: datasets (any corpus x any questions), the out-of-core corpus store and DPR top-k accuracy.
+
+Fixtures are written here in the real formats from ../shared/data: SQuAD dev
+articles cut into 100-word passages as DPR's ``psgs_w100.tsv`` (csv-quoted,
+header row), the same passages as a Pyserini JsonCollection, SQuAD dev
+questions as a DPR ``qa.csv`` and as a CuratedTREC-style regex JSONL.  The
+reference for every accuracy is Pyserini's own ``evaluate_dpr_retrieval``.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import gzip
+import io
+import json
+import pickle
+import re
+import subprocess
+import sys
+import zipfile
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from data.errors import UserError
+from tests.conftest import DATA, READER, ROOT
+
+ARTICLES = 12
+
+
+@pytest.fixture(scope="module")
+def squad_dev():
+    with zipfile.ZipFile(DATA / "squad" / "dev-v1.1.json.zip") as z:
+        return json.loads(z.read("dev-v1.1.json"))
+
+
+def _passages(squad, articles=ARTICLES):
+    """(id, title, text): each article's paragraphs joined and cut into 100-word passages (as DPR cut Wikipedia)."""
+    pid = 1
+    for article in squad["data"][:articles]:
+        words = " ".join(p["context"] for p in article["paragraphs"]).split()
+        for lo in range(0, len(words), 100):
+            yield str(pid), article["title"].replace("_", " "), " ".join(words[lo : lo + 100])
+            pid += 1
+
+
+def _questions(squad, articles=ARTICLES, per_paragraph=1):
+    for article in squad["data"][:articles]:
+        for para in article["paragraphs"]:
+            for qa in para["qas"][:per_paragraph]:
+                yield qa["question"].replace("\t", " "), list(dict.fromkeys(a["text"] for a in qa["answers"]))
+
+
+def _pattern(answer: str) -> str:
+    """A CuratedTREC-style pattern for an answer: words joined by \\s+, digits free-form, an optional plural."""
+    words = [re.escape(w) for w in answer.split()]
+    return r"\s+".join(words) + ("s?" if answer[-1:].isalpha() else "")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, squad_dev):
+    root = tmp_path_factory.mktemp("open")
+    passages = list(_passages(squad_dev))
+    tsv = root / "psgs_w100.tsv"
+    with open(tsv, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, delimiter="\t")  # DPR quotes fields with quotes in them the csv way
+        w.writerow(["id", "text", "title"])
+        for pid, title, text in passages:
+            w.writerow([pid, text, title])
+    coll = root / "collection"
+    coll.mkdir()
+    half = len(passages) // 2
+    with open(coll / "docs00.jsonl", "w", encoding="utf-8") as f:
+        for pid, title, text in passages[:half]:
+            f.write(json.dumps({"id": pid, "contents": f"{title}\n{text}"}) + "\n")
+    with gzip.open(coll / "docs01.jsonl.gz", "wt", encoding="utf-8") as f:
+        for pid, title, text in passages[half:]:
+            f.write(json.dumps({"id": pid, "contents": f"{title}\n{text}"}) + "\n")
+    questions = list(_questions(squad_dev))
+    qa = root / "squad-dev.qa.csv"
+    with open(qa, "w", encoding="utf-8") as f:
+        for q, answers in questions:
+            f.write(f"{q}\t{answers!r}\n")
+    trec = root / "trec-dev.jsonl"
+    with open(trec, "w", encoding="utf-8") as f:
+        for q, answers in questions:
+            pats = [_pattern(a) for a in answers] + ["(unbalanced"]  # a bad pattern matches nothing
+            f.write(json.dumps({"question": q, "answer": pats}) + "\n")
+    return {"root": root, "tsv": tsv, "collection": coll, "qa": qa, "trec": trec,
+            "passages": passages, "questions": questions}
+
+
+def _pyserini_accuracy(retrieval: dict, path: Path, ks=(1, 5, 20, 100), regex=False) -> dict:
+    """Pyserini's evaluate_dpr_retrieval on a DPR retrieval JSON: {"Top1": 0.6500, ...} from what it prints."""
+    from pyserini.eval.evaluate_dpr_retrieval import evaluate_retrieval
+
+    path.write_text(json.dumps(retrieval, ensure_ascii=False), encoding="utf-8")
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        evaluate_retrieval(str(path), list(ks), regex)
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"Top(\d+)\taccuracy: ([0-9.]+)", buf.getvalue())}
+
+
+# ------------------------------------------------------------- has_answer
+def test_has_answer_equals_pyserini_on_non_ascii_text(squad_dev):
+    from pyserini.eval.evaluate_dpr_retrieval import SimpleTokenizer, has_answers
+
+    from eval.dpr_accuracy import has_answer
+
+    tok = SimpleTokenizer()
+    pairs = []
+    for path in (DATA / "xquad" / "xquad.th.json", DATA / "xquad" / "xquad.en.json"):
+        data = json.loads(path.read_text(encoding="utf-8"))["data"]
+        for article in data[:8]:
+            for para in article["paragraphs"][:6]:
+                for qa in para["qas"][:3]:
+                    pairs.append((para["context"], [a["text"] for a in qa["answers"]]))
+    contexts = [c for c, _ in pairs]
+    rng = np.random.default_rng(0)
+    pairs += [(contexts[int(rng.integers(len(contexts)))], a) for _, a in pairs]  # mostly non-matching
+    pairs += [("Ο ΔΡΟΜΟΣ ΚΑΙ Η ΣΟΦΙΑ", ["δρομος"]), ("İstanbul büyük", ["i̇stanbul"]), ("Café au lait", ["cafe"]),
+              ("Café au lait", ["CAFÉ"]), ("Zürich (ZH)", ["zurich"]), ("x y", [""]), ("", [""]), ("U.S. army", ["u.s"])]
+    ours = [has_answer(c, a) for c, a in pairs]
+    ref = [has_answers(c, a, tok, False) for c, a in pairs]
+    assert ours == ref
+    assert 0 < sum(ours) < len(ours)  # both outcomes are exercised
+    assert any(has_answer(c, a) for c, a in pairs[:50] if re.search("[\u0e00-\u0e7f]", c))  # Thai matches
+
+
+def test_regex_match_equals_pyserini():
+    from pyserini.eval.evaluate_dpr_retrieval import SimpleTokenizer, has_answers
+
+    from eval.dpr_accuracy import has_answer
+
+    tok = SimpleTokenizer()
+    cases = [("The Denver Broncos won 24–10.", [r"Denver\s+Broncos?"]), ("the denver   bronco", [r"Denver\s+Broncos?"]),
+             ("won 24-10", [r"24\s*[-–]\s*10"]), ("no match here", [r"^here"]), ("line one\nhere it is", [r"^here"]),
+             ("anything", ["(unbalanced"]), ("Café", ["cafe"]), ("Café", ["caf.."])]
+    for text, pats in cases:
+        assert has_answer(text, pats, "regex") == has_answers(text, pats, tok, True), (text, pats)
+    assert has_answer("line one\nhere it is", [r"^here"], "regex")  # MULTILINE
+    assert not has_answer("anything", ["(unbalanced"], "regex")
+
+
+# -------------------------------------------------------------- the store
+def test_dpr_tsv_store_is_lazy_and_matches_the_file(files):
+    from data.corpus_store import StoreColumn
+    from data.registry import load_dataset
+
+    spec = f"open:{files['tsv']}+{files['qa']}"
+    ds = load_dataset(spec, "dev")
+    corpus, passages = ds.corpus, files["passages"]
+    assert len(corpus) == len(passages) and ds.level == "paragraph"
+    assert isinstance(corpus.texts, StoreColumn) and isinstance(corpus.ids, StoreColumn)
+    assert list(corpus.ids) == [p[0] for p in passages]
+    assert corpus.bodies[: len(passages)] == [p[2] for p in passages]
+    assert corpus.titles[[0, -1]] == [passages[0][1], passages[-1][1]]
+    assert corpus.texts[3] == f"{passages[3][1]}\n{passages[3][2]}"  # what BM25 and the reader see
+    assert any('"' in p[2] for p in passages)  # csv-quoted fields were un-quoted
+    chunks = list(corpus.texts.iter_chunks(100))
+    assert sum(map(len, chunks)) == len(passages) and chunks[0][0] == corpus.texts[0]
+    view = corpus.subset(np.array([7, 2, 5]))
+    assert view.ids[:] == ["8", "3", "6"] and view.bodies[1] == passages[2][2]
+    assert view.content_key != corpus.content_key and corpus.content_key
+    again = pickle.loads(pickle.dumps(view))
+    assert again.texts[:] == view.texts[:] and len(pickle.dumps(corpus)) < 10_000
+    assert len(ds.queries) == len(files["questions"]) and ds.queries.ids[0] == "0"
+    assert ds.queries.answers[0] == files["questions"][0][1]
+    # built once: a second load opens the same store without rebuilding it
+    manifest = Path(ds.sources["corpus_store"]) / "manifest.json"
+    stamp = manifest.stat().st_mtime_ns
+    assert load_dataset(spec, "dev").corpus.content_key == corpus.content_key
+    assert manifest.stat().st_mtime_ns == stamp
+
+
+def test_pyserini_collection_and_config_file_give_the_same_corpus(files, tmp_path):
+    from data.registry import load_dataset
+
+    tsv = load_dataset(f"open:{files['tsv']}+{files['qa']}", "dev").corpus
+    coll = load_dataset(f"open:{files['collection']}+{files['qa']}", "dev").corpus
+    assert list(coll.ids) == list(tsv.ids) and list(coll.bodies) == list(tsv.bodies) and coll.titles[:] == tsv.titles[:]
+    cfg = tmp_path / "nq.yaml"
+    cfg.write_text(f"corpus: {{path: {files['collection']}, format: pyserini}}\nquestions: {files['trec']}\nmatch: regex\n")
+    ds = load_dataset(f"open:{cfg}", "dev")
+    assert ds.queries.answer_match == "regex" and list(ds.corpus.ids) == list(tsv.ids)
+
+
+def test_killed_build_is_never_trusted(files, tmp_path, monkeypatch):
+    from data import corpus_store
+
+    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "cache"))
+
+    def dying():
+        yield ("1", "t", "x")
+        raise KeyboardInterrupt  # killed mid-build
+
+    with pytest.raises(KeyboardInterrupt):
+        corpus_store.cached_store(["k"], dying)
+    root = corpus_store.store_root()
+    assert not [p for p in root.iterdir() if p.is_dir() and p.name != "digests"]  # nothing (half) built left
+    stale = root / ".abc.tmp"  # as a SIGKILL would leave it
+    stale.mkdir()
+    store = corpus_store.cached_store(["k"], lambda: iter([("1", "t", "x"), ("2", "", "y")]))
+    assert len(store) == 2 and store.column("contents")[:] == ["t\nx", "y"]
+    with pytest.raises(UserError, match="appears 2 times"):
+        corpus_store.cached_store(["dup"], lambda: iter([("1", "", "x"), ("1", "", "y")]))
+
+
+# ---------------------------------------------------- bad input, the CLI
+def test_bad_tsv_line_is_one_error_line_exit_2(files, tmp_path):
+    bad = tmp_path / "bad.tsv"
+    lines = files["tsv"].read_text(encoding="utf-8").splitlines()
+    lines.insert(5, "77\tonly two columns")  # file line 6
+    bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env = {"QA_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+           "QA_DATA_DIR": str(DATA), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "pipeline.run", "--dataset", f"open:{bad}+{files['qa']}",
+                           "--retriever", "bm25", "--out", str(tmp_path / "out")],
+                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    err = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert err == [f"error: {bad}:6: expected 3 tab-separated columns (id, text, title), got 2"]
+    assert "Traceback" not in proc.stderr
+    assert not any(p.is_dir() and not p.name.startswith(".") for p in (tmp_path / "cache" / "corpus_store").iterdir()
+                   if p.name != "digests")
+    from data.registry import load_dataset
+
+    ds = load_dataset(f"open:{bad}+{files['qa']}", "dev", skip_bad_records=True)
+    assert ds.sources["skipped_records"] == 1 and len(ds.corpus) == len(files["passages"])
+
+
+def test_spec_errors():
+    from data.open_domain import load_open_questions
+    from data.open_sources import hub_questions, parse_open_spec
+
+    for arg, msg in (("", "give a corpus"), ("a.tsv", "CORPUS\\+QUESTIONS"), ("tsvx@a+b", "format 'tsvx' unknown"),
+                     ("a.tsv+b.csv+match=fuzzy", "match='fuzzy'")):
+        with pytest.raises(UserError, match=msg):
+            parse_open_spec(arg)
+    with pytest.raises(UserError, match="test split has no answers|no answers in its test split"):
+        hub_questions("trivia_qa", None, "test")
+    with pytest.raises(UserError, match="no split 'dev'"):
+        hub_questions("web_questions", None, "dev")
+    with pytest.raises(UserError, match="no such file"):
+        load_open_questions(parse_open_spec("a.tsv+/nonexistent/q-{split}.qa.csv").questions, "train")
+
+
+# ------------------------------------------------ accuracy vs Pyserini
+def _run(argv):
+    from pipeline.run import main
+
+    assert main(argv) == 0
+
+
+def _independent_dpr_json(run_trec: Path, files, answers_of) -> dict:
+    """A DPR retrieval JSON built from our run.trec with texts read straight from the TSV (not our store)."""
+    text_of = {}
+    with open(files["tsv"], newline="", encoding="utf-8") as f:
+        for row in list(csv.reader(f, delimiter="\t"))[1:]:
+            text_of[row[0]] = (row[2], row[1])
+    out: dict = {}
+    for line in run_trec.read_text().splitlines():
+        qid, _, doc, rank, score, _ = line.split()
+        title, text = text_of[doc]
+        entry = out.setdefault(qid, {"question": "", "answers": answers_of[qid], "contexts": []})
+        assert int(rank) == len(entry["contexts"]) + 1
+        entry["contexts"].append({"docid": doc, "score": float(score), "text": f"{title}\n{text}"})
+    return out
+
+
+def test_cli_top_k_accuracy_equals_pyserini(files, tmp_path):
+    out = tmp_path / "run"
+    _run(["--dataset", f"open:{files['tsv']}+{files['qa']}", "--retriever", "bm25", "--depth", "100", "--out", str(out)])
+    metrics = json.loads((out / "metrics.json").read_text())
+    dpr = metrics["retrieval"]["dpr"]
+    with open(files["qa"], newline="", encoding="utf-8") as f:
+        answers_of = {str(i): ast.literal_eval(row[1]) for i, row in enumerate(csv.reader(f, delimiter="\t"))}
+    ref = _pyserini_accuracy(_independent_dpr_json(out / "run.trec", files, answers_of), tmp_path / "dpr.json")
+    assert set(ref) == {"1", "5", "20", "100"}
+    for k, v in ref.items():
+        assert round(dpr["accuracy"][f"Top{k}"], 4) == v, (k, dpr, ref)
+    assert 0.3 < ref["1"] < ref["20"] <= ref["100"] < 1.0 or ref["100"] == 1.0
+    # the resolved gold (answer-bearing retrieved passages) drives R@k: R@1 is the top-1 accuracy
+    assert metrics["retrieval"]["reqa"]["sentence"]["R@1"] == pytest.approx(dpr["accuracy"]["Top1"])
+
+
+def test_regex_answers_top_k_equals_pyserini(files, tmp_path):
+    from data.registry import load_dataset
+    from eval.dpr_accuracy import write_dpr_retrieval_json
+    from pipeline import stages
+
+    ds = load_dataset(f"open:{files['tsv']}+{files['trec']}+match=regex", "dev")
+    retriever = stages.build_retriever("bm25", {})
+    ranking = stages.retrieve(retriever, ds, 50)
+    got = stages.open_metrics(ranking, ds)["dpr"]
+    c = ds.corpus
+    path = tmp_path / "dpr.json"
+    write_dpr_retrieval_json(path, ds.queries.ids, ds.queries.texts, ds.queries.answers, ranking.ids, ranking.scores,
+                             c.ids.fetch, c.titles.fetch, c.bodies.fetch)
+    ref = _pyserini_accuracy(json.loads(path.read_text()), tmp_path / "again.json", ks=(1, 5, 20, 50), regex=True)
+    for k, v in ref.items():
+        assert round(got["accuracy"][f"Top{k}"], 4) == v
+    # the regexes match more than the exact strings do (plurals, free spacing), never less
+    plain = load_dataset(f"open:{files['tsv']}+{files['qa']}", "dev")
+    stages.resolve_open_gold(plain.queries, plain.corpus, ranking)
+    assert (plain.queries.has_answer <= ds.queries.has_answer).all()
+
+
+# --------------------------------------------------- reading and sweeps
+@pytest.mark.skipif(not READER.is_dir(), reason="reader model missing")
+def test_open_run_with_reader_and_mu(files, tmp_path):
+    out = tmp_path / "read"
+    _run(["--dataset", f"open:{files['tsv']}+{files['qa']}", "--retriever", "bm25", "--depth", "20", "--limit", "6",
+          "--reader", str(READER), "--selector", "top:3", "--mu", "0.5", "--out", str(out)])
+    metrics = json.loads((out / "metrics.json").read_text())
+    reading = metrics["reading"]
+    assert reading["questions"] == 6 and reading["mean_n"] == 3
+    assert reading["em"] > 0  # SQuAD questions over SQuAD passages: the reader finds some answers
+    details = [json.loads(x) for x in (out / "details.jsonl").read_text().splitlines()]
+    ids = {p[0] for p in files["passages"]}
+    assert all(set(d["passages"]) <= ids and len(d["passages"]) == 3 for d in details)
+    preds = json.loads((out / "predictions.json").read_text())
+    assert sorted(preds) == sorted(str(i) for i in range(6))
+
+
+@pytest.mark.skipif(not READER.is_dir(), reason="reader model missing")
+def test_open_sweep_uniform_nested_levels(files, tmp_path):
+    from pipeline.sweep import main
+
+    out = tmp_path / "sweep"
+    argv = ["--dataset", f"open:{files['tsv']}+{files['qa']}", "--reader", str(READER), "--corpus-sizes", "50,0.5,all",
+            "--n", "1-3", "--no-ordinal", "--limit", "6", "--bootstrap", "20", "--out", str(out)]
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    n = len(files["passages"])
+    assert summary["corpus_sizes"] == [50, round(n / 2), n] and summary["gold_rows"] == 0
+    found = summary["answer_bearing_by_size"]  # questions with an answer-bearing passage in the top 3, per size
+    assert sorted(found) == sorted(map(str, summary["corpus_sizes"]))
+    assert all(0 <= v["answer_bearing_questions"] <= 6 for v in found.values())
+    assert found[str(n)]["answer_bearing_questions"] >= 3 and found["50"]["answer_bearing_rows"] <= 6 * 3
+    assert (out / "em_vs_corpus_size.png").is_file()
+    from data.open_domain import corpus_levels
+
+    small, large = corpus_levels(n, [], [50, n // 2], seed=1)
+    assert set(small) <= set(large)
