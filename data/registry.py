@@ -230,9 +230,15 @@ def load_reqa_squad(split, *, data_dir, data_file, arg=None, skip_bad_records=Fa
 
 
 def load_squad_file(split, *, data_dir, data_file, arg=None, skip_bad_records=False) -> Dataset:
-    """Any SQuAD v1.1-format file as a ReQA-style sentence dataset (``squad_file:PATH``)."""
+    """Any SQuAD v1.1-format file as a ReQA-style sentence dataset (``squad_file:PATH``).
+
+    A file whose paragraphs are mostly Thai script (XQuAD-th, iapp-style files)
+    is split with the Thai rules (:func:`data.thai.build_thai_reqa`) and marked
+    ``language="th"`` (BM25 then pre-tokenizes with newmm).
+    """
     from data.io import sha256_file
     from data.reqa import build_reqa
+    from data.thai import build_thai_reqa, squad_language
 
     path = Path(arg)
     if not path.is_file():
@@ -241,6 +247,8 @@ def load_squad_file(split, *, data_dir, data_file, arg=None, skip_bad_records=Fa
 
     def build():
         squad, sources = load_squad_counted(path, digest, skip_bad_records)
+        if squad_language(squad) == "th":
+            return build_thai_reqa(squad, name=f"squad_file:{path.name}", split=split, sources=sources)
         return build_reqa(squad, name=f"squad_file:{path.name}", split=split, sources=sources)
 
-    return cached_build(["squad_file", digest, skip_bad_records], build)
+    return cached_build(["squad_file", digest, skip_bad_records, "language-detected"], build)

@@ -112,6 +112,21 @@ def thai_sentence_breaks(text: str) -> list[tuple[int, int]]:
     return rejoin_spans(text, crfcut_spans(text))
 
 
+def squad_language(squad: dict, sample_chars: int = 20000) -> str:
+    """``"th"`` when most letters of a SQuAD dict's first paragraphs are Thai script, else ``"en"``."""
+    thai = other = 0
+    for article in squad.get("data", []):
+        for para in article.get("paragraphs", []):
+            for ch in para.get("context", ""):
+                if "\u0e00" <= ch <= "\u0e7f":
+                    thai += 1
+                elif ch.isalpha():
+                    other += 1
+            if thai + other >= sample_chars:
+                return "th" if thai > other else "en"
+    return "th" if thai > other else "en"
+
+
 def thai_sentences(text: str) -> list[str]:
     return [text[s:e] for s, e in thai_sentence_breaks(text)]
 

@@ -24,7 +24,11 @@ retrievers' ranking information):
   token overlap with the sentence and with its paragraph (plain and
   idf-weighted, idf from the indexed corpus), query-bigram overlap, sentence
   length, whether the sentence has a digit, and the query's length and
-  wh-word;
+  wh-word.  Words come from the corpus language's tokenizer
+  (:func:`word_tokenizer`: PyThaiNLP ``newmm`` for Thai, which writes no
+  spaces between words; ``\\w+`` runs otherwise), with that language's stop
+  words (PyThaiNLP's Thai list) and question words (Thai ones mapped to the
+  English wh-word features: อะไร -> what, ใคร -> who, ...);
 - scorer: an MLP (features standardized with training statistics), trained
   with Adam on RankNet loss ``log(1 + exp(-(s_gold - s_neg)))`` over pairs of
   the gold candidate with *hard* negatives (candidates some member ranked
@@ -82,14 +86,55 @@ STOPWORDS = frozenset(
 )
 
 
+# Thai question words -> the English wh-word feature they stand for (Thai puts them anywhere in the question)
+THAI_WH_WORDS = {
+    "อะไร": "what", "ใคร": "who", "ของใคร": "whose", "เมื่อไร": "when", "เมื่อไหร่": "when", "เมื่อใด": "when",
+    "ที่ไหน": "where", "ที่ใด": "where", "แห่งใด": "where", "ทำไม": "why", "เพราะอะไร": "why", "อย่างไร": "how",
+    "ยังไง": "how", "เท่าไร": "how", "เท่าไหร่": "how", "กี่": "how", "ไหน": "which", "ใด": "which",
+}
+
+
 def tokenize(text: str) -> list[str]:
+    """Lower-cased ``\\w+`` runs (languages that separate words with spaces)."""
     return _TOKEN.findall(text.lower())
 
 
+def thai_tokenize(text: str) -> list[str]:
+    """Lower-cased PyThaiNLP ``newmm`` words (:func:`data.thai.thai_word_tokens`), punctuation-only tokens dropped."""
+    from data.thai import thai_word_tokens
+
+    return [t.lower() for t in thai_word_tokens(text) if _TOKEN.search(t)]
+
+
+def word_tokenizer(language: str):
+    """The word tokenizer of the lexical features for a corpus language (ISO 639-1)."""
+    return thai_tokenize if language == "th" else tokenize
+
+
+def stopwords_for(language: str) -> frozenset:
+    """Stop words for the content-word overlap: English, plus PyThaiNLP's Thai list for Thai."""
+    if language == "th":
+        from pythainlp.corpus import thai_stopwords
+
+        return STOPWORDS | frozenset(thai_stopwords())
+    return STOPWORDS
+
+
+def question_word(tokens: Sequence[str], language: str) -> str:
+    """The query's wh-word feature: the first English wh-word, or for Thai the first Thai question word's."""
+    if language == "th":
+        return next((THAI_WH_WORDS[t] for t in tokens if t in THAI_WH_WORDS), next((t for t in tokens if t in WH_WORDS), ""))
+    return next((t for t in tokens if t in WH_WORDS), "")
+
+
 class Lexicon:
-    """Token sets and idf of one corpus, for the lexical features."""
+    """Token sets and idf of one corpus, for the lexical features (words from the corpus language's tokenizer)."""
 
     def __init__(self, corpus: Corpus):
+        self.language = getattr(corpus, "language", "en") or "en"
+        self.tokenize = word_tokenizer(self.language)
+        self.stopwords = stopwords_for(self.language)
+        tokenize = self.tokenize
         self.sentence_tokens = [tokenize(t) for t in tqdm(corpus.texts, desc="mrrank: tokenize", unit="text", mininterval=2)]
         self.sentence_sets = [frozenset(t) for t in self.sentence_tokens]
         self.sentence_bigrams = [frozenset(zip(t, t[1:])) for t in self.sentence_tokens]
@@ -131,15 +176,16 @@ def lexical_features(query_texts: Sequence[str], pool_ids: np.ndarray, lexicon: 
     n_q, width = pool_ids.shape
     out = np.zeros((n_q, width, len(LEXICAL_FEATURES)), dtype=np.float64)
     idf, unseen = lexicon.idf, lexicon.unseen_idf
+    tokenize, stopwords, language = lexicon.tokenize, lexicon.stopwords, lexicon.language
     for q in tqdm(range(n_q), desc="mrrank: lexical features", unit="query", mininterval=2, disable=n_q < 2000):
         toks = tokenize(query_texts[q])
-        content = [t for t in dict.fromkeys(toks) if t not in STOPWORDS] or list(dict.fromkeys(toks))
+        content = [t for t in dict.fromkeys(toks) if t not in stopwords] or list(dict.fromkeys(toks))
         weights = [idf.get(t, unseen) for t in content]
         total_w = sum(weights) or 1.0
         n_content = max(len(content), 1)
         bigrams = set(zip(toks, toks[1:]))
         n_bi = max(len(bigrams), 1)
-        first_wh = next((t for t in toks if t in WH_WORDS), "")
+        first_wh = question_word(toks, language)
         q_part = [math.log1p(len(toks))] + [float(first_wh == w) for w in WH_WORDS]
         for p in range(width):
             row = int(pool_ids[q, p])

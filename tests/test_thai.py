@@ -7,6 +7,7 @@ import os
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from data.errors import UserError
@@ -146,3 +147,47 @@ def test_errors_are_one_line(tmp_path, monkeypatch):
     bad.write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
     with pytest.raises(UserError, match="does not point at"):
         load_iapp("test", data_dir=None, data_file=bad, arg=None)
+
+
+# ------------------------------------------------------- MrRank lexical features
+def test_mrrank_lexical_features_use_thai_words(dev):
+    """Thai writes no spaces between words: MrRank's overlap features must see newmm words, not ``\\w+`` shards."""
+    from retrievers.mrrank import LEXICAL_FEATURES, Lexicon, lexical_features, tokenize
+
+    lex = Lexicon(dev.corpus)
+    assert lex.language == "th"
+    for row in range(0, len(dev.corpus), 97):
+        text = dev.corpus.texts[row]
+        assert lex.sentence_tokens[row] == [t.lower() for t in thai_word_tokens(text) if any(c.isalnum() for c in t)]
+    # the regex splits Thai words at their vowel marks: "ใครเป็น" (who is) is not two words "ใครเป" + "น"
+    assert tokenize("ใครเป็นผู้ก่อตั้ง") != thai_word_tokens("ใครเป็นผู้ก่อตั้ง")
+    q = dev.queries
+    n = 120
+    rng = np.random.default_rng(0)
+    pool = np.stack([np.array([int(q.gold[i][0])] + rng.choice(len(dev.corpus), 9, replace=False).tolist()) for i in range(n)])
+    feats = lexical_features(q.texts[:n], pool, lex)
+    idf = feats[:, :, LEXICAL_FEATURES.index("lex_idf_overlap")]
+    assert idf[:, 0].mean() > 0.5 and idf[:, 0].mean() > idf[:, 1:].mean() + 0.3  # gold sentences share the question's words
+    wh = feats[:, 0, [LEXICAL_FEATURES.index(f"q_wh_{w}") for w in ("what", "who", "when", "where", "how", "which")]]
+    assert wh.sum(axis=1).mean() > 0.5  # Thai question words (อะไร, ใคร, เมื่อไร, ...) fill the wh-word features
+
+
+# ------------------------------------------------------------- XQuAD-th file
+def test_xquad_thai_squad_file_is_split_with_thai_rules(tmp_path, monkeypatch):
+    from data.registry import load_dataset
+
+    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "cache"))
+    squad = json.loads((DATA / "xquad" / "xquad.th.json").read_text(encoding="utf-8"))
+    squad["data"] = squad["data"][:3]
+    path = tmp_path / "xquad_th_small.json"
+    path.write_text(json.dumps(squad, ensure_ascii=False), encoding="utf-8")
+    ds = load_dataset(f"squad_file:{path}", "dev")
+    assert ds.corpus.language == ds.queries.language == "th"
+    contexts = [p["context"] for a in squad["data"] for p in a["paragraphs"]]
+    assert len(ds.corpus.paragraph_texts) == len(contexts)
+    n_sentences = sum(len(thai_sentence_breaks(c)) for c in contexts)
+    assert len(ds.corpus) <= n_sentences and len(ds.corpus) > 2 * len(contexts)  # Thai sentences (answer-crossing ones merged)
+    for i in range(len(ds.queries)):
+        assert any(a in ds.queries.answer_sentences[i] for a in ds.queries.answers[i])
+    en = load_dataset(f"squad_file:{DATA / 'xquad' / 'xquad.en.json'}", "dev")
+    assert en.corpus.language == "en"
