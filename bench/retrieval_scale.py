@@ -199,6 +199,7 @@ def child(args) -> dict:
         BM25Retriever(threads=threads, index_dir=args.index_root).index(corpus)
         return {"seconds": time.perf_counter() - t0, "rss_mb": rss_mb(), "jvm_rss_mb": rss_mb(resource.RUSAGE_CHILDREN)}
     if role == "pyserini-index":
+        os.environ["QA_JAVA_XMX"] = os.environ.get("QA_JAVA_INDEX_XMX", "4g")  # the heap our indexer JVM gets
         from retrievers.java import ensure_jvm
 
         shutil.rmtree(args.index_root, ignore_errors=True)

@@ -98,60 +98,67 @@ public final class BatchSearch implements Closeable {
   public boolean tieBreakById() { return tieBreakById; }
   public static int version() { return VERSION; }
 
-  /** The "id" of every Lucene doc (doc values, else the stored field); null for deleted docs. */
-  private String[] luceneIds() throws IOException {
-    String[] out = new String[reader.maxDoc()];
+  /** Receives the "id" of each live Lucene doc, in doc order (bytes valid only during the call). */
+  private interface IdVisitor {
+    void visit(int luceneDoc, byte[] bytes, int offset, int length) throws IOException;
+  }
+
+  /** Visits every live doc's "id" (binary doc values, else the stored field), without a String per doc. */
+  private void visitIds(IdVisitor visitor) throws IOException {
     for (LeafReaderContext leaf : reader.leaves()) {
       LeafReader r = leaf.reader();
       BinaryDocValues dv = r.getBinaryDocValues(ID);
       StoredFields stored = null;
       for (int d = 0; d < r.maxDoc(); d++) {
         if (r.getLiveDocs() != null && !r.getLiveDocs().get(d)) continue;
-        String id = null;
         if (dv != null && dv.docID() < d && dv.advanceExact(d)) {
           BytesRef b = dv.binaryValue();
-          id = new String(b.bytes, b.offset, b.length, StandardCharsets.UTF_8);
+          visitor.visit(leaf.docBase + d, b.bytes, b.offset, b.length);
+          continue;
         }
-        if (id == null) {
-          if (stored == null) stored = r.storedFields();
-          Document doc = stored.document(d, Set.of(ID));
-          id = doc.get(ID);
-        }
-        out[leaf.docBase + d] = id;
+        if (stored == null) stored = r.storedFields();
+        String id = stored.document(d, Set.of(ID)).get(ID);
+        if (id == null) continue;
+        byte[] b = id.getBytes(StandardCharsets.UTF_8);
+        visitor.visit(leaf.docBase + d, b, 0, b.length);
       }
     }
-    return out;
   }
 
   /** Rows = the ids read as integers (indexes whose ids are corpus row numbers); returns how many are not. */
   public int mapNumericIds(int corpusSize) throws IOException {
-    String[] ids = luceneIds();
-    int[] map = new int[ids.length];
-    int bad = 0;
-    for (int i = 0; i < ids.length; i++) {
-      map[i] = -1;
-      if (ids[i] == null) continue;
-      try {
-        int row = Integer.parseInt(ids[i]);
-        if (row >= 0 && row < corpusSize) map[i] = row; else bad++;
-      } catch (NumberFormatException e) {
-        bad++;
+    final int[] map = new int[reader.maxDoc()];
+    java.util.Arrays.fill(map, -1);
+    final int[] bad = new int[1];
+    visitIds((doc, bytes, off, len) -> {
+      long v = 0;
+      boolean ok = len > 0 && len <= 10 && !(len > 1 && bytes[off] == '0');
+      for (int i = 0; ok && i < len; i++) {
+        int c = bytes[off + i] - '0';
+        if (c < 0 || c > 9) ok = false; else v = v * 10 + c;
       }
-    }
+      if (ok && v < corpusSize) map[doc] = (int) v; else bad[0]++;
+    });
     this.rows = map;
-    return bad;
+    return bad[0];
   }
 
   /** Writes every Lucene doc's id, UTF-8, one per line (empty line for a deleted doc), to path. */
   public int writeIds(String path) throws IOException {
-    String[] ids = luceneIds();
-    StringBuilder sb = new StringBuilder(ids.length * 12);
-    for (String id : ids) {
-      if (id != null) sb.append(id.replace('\n', ' '));
-      sb.append('\n');
+    final int[] next = new int[1];
+    try (java.io.OutputStream out = new java.io.BufferedOutputStream(Files.newOutputStream(Paths.get(path)), 1 << 20)) {
+      visitIds((doc, bytes, off, len) -> {
+        for (; next[0] < doc; next[0]++) out.write('\n');
+        for (int i = 0; i < len; i++) {
+          byte c = bytes[off + i];
+          out.write(c == '\n' ? ' ' : c);
+        }
+        out.write('\n');
+        next[0] = doc + 1;
+      });
+      for (; next[0] < reader.maxDoc(); next[0]++) out.write('\n');
     }
-    Files.write(Paths.get(path), sb.toString().getBytes(StandardCharsets.UTF_8));
-    return ids.length;
+    return reader.maxDoc();
   }
 
   /** Reads the Lucene-doc -> corpus-row map (int32 little-endian, maxDoc entries, -1 = not in the corpus). */
