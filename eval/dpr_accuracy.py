@@ -111,7 +111,7 @@ def has_answer_matrix(
     fetch: Callable[[np.ndarray], Sequence[str]],
     answers: Sequence[Sequence[str]],
     match: str = "string",
-    block: int = 256,
+    block: int = 128,
     progress: bool = False,
 ) -> np.ndarray:
     """``[Q, K]`` bool: the passage at ``rows[q, j]`` (``-1`` = none) has an answer of question q.

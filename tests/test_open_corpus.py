@@ -309,6 +309,32 @@ def test_regex_answers_top_k_equals_pyserini(files, tmp_path):
     assert (plain.queries.has_answer <= ds.queries.has_answer).all()
 
 
+def test_dpr_json_positive_passages_are_known_gold(files, tmp_path):
+    """DPR's retriever JSON names positive passages: they are gold even when not retrieved, ``wiki:`` ids included."""
+    from data.registry import load_dataset
+    from pipeline import stages
+
+    passages = files["passages"]
+    records = []
+    for i, (q, answers) in enumerate(files["questions"][:20]):
+        pos = [p for p in passages if answers[0] in p[2]][:1]
+        ids = [("wiki:" if i % 2 else "") + p[0] for p in pos]
+        records.append({"question": q, "answers": answers, "positive_ctxs": [{"passage_id": x, "title": "", "text": ""} for x in ids]})
+    path = tmp_path / "nq-dev.json"
+    path.write_text(json.dumps(records), encoding="utf-8")
+    ds = load_dataset(f"open:{files['tsv']}+dpr-json@{path}", "dev")
+    row_of = {p[0]: r for r, p in enumerate(passages)}
+    for rec, known in zip(records, ds.queries.known_gold):
+        assert known.tolist() == [row_of[c["passage_id"].removeprefix("wiki:")] for c in rec["positive_ctxs"]]
+    assert ds.sources["known_gold_questions"] == sum(1 for r in records if r["positive_ctxs"]) > 10
+    ranking = stages.retrieve(stages.build_retriever("bm25", {}), ds, 5)
+    for q, known in enumerate(ds.queries.known_gold):
+        assert set(known.tolist()) <= set(ds.queries.gold[q].tolist())  # kept beside the answer-bearing rows
+    metrics = stages.open_metrics(ranking, ds)
+    assert metrics["known_gold"]["questions"] == ds.sources["known_gold_questions"]
+    assert 0 < metrics["known_gold"]["sentence"]["R@5"] <= 1
+
+
 # --------------------------------------------------- reading and sweeps
 @pytest.mark.skipif(not READER.is_dir(), reason="reader model missing")
 def test_open_run_with_reader_and_mu(files, tmp_path):

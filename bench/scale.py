@@ -1,0 +1,329 @@
+"""Scale benchmark of the open-domain path: corpus store, BM25 index, retrieval at depth, reading.
+
+``python -m bench.scale --sizes 10k,100k,1M``
+
+For each corpus size N it writes (once, cached under ``--cache``) a DPR-format
+``psgs_w100``-style TSV of N passages built from real text: the sentences of
+SQuAD v1.1 train and dev (``$QA_DATA_DIR/squad``) recombined, deterministically
+(seeded), into 100-word passages titled by the article of their first
+sentence; and a DPR ``qa.csv`` of SQuAD dev questions.  Then, each stage in its
+own subprocess (so its peak RSS, ``ru_maxrss`` from ``os.wait4``, is its own),
+on a cache directory of its own (nothing is reused from earlier runs):
+
+1. ``store``: build the out-of-core corpus store (:mod:`data.corpus_store`);
+2. ``index``: build the BM25 index (``retrievers.bm25``);
+3. ``retrieve``: search ``--questions`` (2,000) questions at ``--depth`` (1000)
+   and decide DPR has-answer over every retrieved passage (top-k accuracy);
+4. ``read``: read the top 5 passages of ``--read-questions`` (500) questions
+   with the extractive reader (``../shared/models/minilm-squad-reader``).
+
+It prints a table (seconds, peak RSS, growth ratio per 10x of N), disk use,
+and an extrapolation to DPR's 21,015,324 passages from the measured growth
+between the two largest sizes: a power law per stage (time and RSS), disk
+linear in N; hours on 2 cores as measured, and on 16 cores assuming the
+multi-threaded stages (index, retrieve, read) scale linearly with cores and
+the store build (one Python reader) does not.  Results go to ``--out``
+(Markdown + JSON).  Numbers from a loaded machine are not results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DPR_PASSAGES = 21_015_324
+STAGES = ("store", "index", "retrieve", "read")
+PARALLEL = {"store": False, "index": True, "retrieve": True, "read": True}
+WORDS = 100
+SEED = 12
+
+
+# ------------------------------------------------------------------ corpus
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmM]?)", text.strip())
+    if not m:
+        raise SystemExit(f"error: --sizes {text!r}: expected counts like 10k,100k,1M")
+    return int(round(float(m.group(1)) * {"": 1, "k": 1_000, "m": 1_000_000}[m.group(2).lower()]))
+
+
+def squad_sentences(data_dir: Path) -> tuple[list[str], list[int], list[str]]:
+    """Sentences of SQuAD dev + train (ReQA's splitter), their article index, and the article titles."""
+    from data.registry import load_squad_any
+    from data.sentences import reqa_sentences
+
+    sentences, article_of, titles = [], [], []
+    for split in ("dev", "train"):
+        squad, _ = load_squad_any(split, data_dir=data_dir, data_file=None)
+        for article in squad["data"]:
+            titles.append(str(article.get("title", "")).replace("_", " "))
+            for para in article["paragraphs"]:
+                for s in reqa_sentences(para["context"]):
+                    s = " ".join(s.split())
+                    if s:
+                        sentences.append(s)
+                        article_of.append(len(titles) - 1)
+    return sentences, article_of, titles
+
+
+def write_corpus(n: int, path: Path, source: tuple[list[str], list[int], list[str]]) -> None:
+    """``n`` 100-word passages as a DPR TSV (header ``id text title``), deterministic for SEED.
+
+    ``source``: :func:`squad_sentences` (sentences, their article, article titles).
+    """
+    sentences, article_of, titles = source
+    words = [s.split() for s in sentences]
+    rng = np.random.default_rng(np.random.SeedSequence([SEED, n]))
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, delimiter="\t")
+        w.writerow(["id", "text", "title"])
+        pid = 0
+        # passages run through seeded permutations of the sentences: the first pass keeps
+        # SQuAD's own order (real paragraphs), later passes recombine sentences at random
+        order = np.arange(len(sentences))
+        while pid < n:
+            buf: list[str] = []
+            first = None
+            for i in order:
+                if first is None:
+                    first = int(i)
+                buf.extend(words[i])
+                if len(buf) >= WORDS:
+                    pid += 1
+                    w.writerow([str(pid), " ".join(buf[:WORDS]), titles[article_of[first]]])
+                    buf, first = [], None
+                    if pid >= n:
+                        break
+            order = rng.permutation(len(sentences))
+    os.replace(tmp, path)
+
+
+def write_questions(path: Path, data_dir: Path, count: int) -> None:
+    """SQuAD dev questions (every k-th, spread over all articles) as a DPR qa.csv."""
+    from data.registry import load_squad_any
+
+    squad, _ = load_squad_any("dev", data_dir=data_dir, data_file=None)
+    qs = [(qa["question"].replace("\t", " ").replace("\n", " "), list(dict.fromkeys(a["text"] for a in qa["answers"])))
+          for article in squad["data"] for para in article["paragraphs"] for qa in para["qas"]]
+    step = max(1, len(qs) // count)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for q, answers in qs[::step][:count]:
+            f.write(f"{q}\t{answers!r}\n")
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------ stages
+def child(stage: str, tsv: str, qa: str, depth: int, questions: int, read_questions: int, reader: str, threads: int) -> dict:
+    """One stage in this (child) process; returns its internal timings."""
+    from pipeline import stages
+
+    if stage == "read":
+        return _read(reader, threads)
+    from data.registry import load_dataset
+
+    t0 = time.perf_counter()
+    ds = load_dataset(f"open:{tsv}+{qa}", "dev")
+    info = {"load_s": round(time.perf_counter() - t0, 3), "passages": len(ds.corpus)}
+    if stage == "store":
+        from data.corpus_store import open_store
+
+        store = open_store(ds.sources["corpus_store"])
+        info["store_bytes"] = store.disk_bytes
+        info["passages_per_s"] = store.manifest.get("passages_per_s")
+        return info
+    retriever = stages.build_retriever("bm25", {"bm25": {"threads": threads}})
+    t0 = time.perf_counter()
+    retriever.index(ds.corpus)
+    info["index_s"] = round(time.perf_counter() - t0, 3)
+    if stage == "index":
+        return info
+    if stage == "retrieve":
+        from pipeline.run import limit_queries
+
+        ds = limit_queries(ds, questions)
+        t0 = time.perf_counter()
+        ranking = retriever.search(ds.queries.texts, depth)
+        info["search_s"] = round(time.perf_counter() - t0, 3)
+        t0 = time.perf_counter()
+        stages.resolve_open_gold(ds.queries, ds.corpus, ranking)
+        info["has_answer_s"] = round(time.perf_counter() - t0, 3)
+        info["questions"] = len(ds.queries)
+        info["dpr"] = stages.open_metrics(ranking, ds)["dpr"]["accuracy"]
+        top = stages.passages_for(ranking.subset(range(min(read_questions, len(ds.queries)))), ds.corpus, 5)
+        from data.io import cache_dir, write_json
+
+        write_json(cache_dir() / "read_input.json", {"questions": ds.queries.texts[: len(top.texts)], "passages": top.texts,
+                                                      "keys": top.keys, "scores": top.retriever_scores})
+        return info
+    raise ValueError(stage)
+
+
+def _read(reader: str, threads: int) -> dict:
+    """The read stage: the top 5 the retrieve stage found, without starting Lucene's JVM in this process."""
+    from data.io import cache_dir
+    from pipeline import stages
+    from readers.extractive import ExtractiveReader
+
+    saved = json.loads((cache_dir() / "read_input.json").read_text(encoding="utf-8"))
+    passages = stages.Passages(np.asarray(saved["keys"], dtype=np.int64), saved["passages"],
+                               np.asarray(saved["scores"], dtype=np.float32), "sentence")
+    reader_obj = ExtractiveReader(model=reader, device="cpu", num_threads=threads).load()
+    t0 = time.perf_counter()
+    reads = stages.read_top(reader_obj, saved["questions"], passages)
+    return {"read_s": round(time.perf_counter() - t0, 3), "pairs": int(reads.n_read), "questions": len(saved["questions"])}
+
+
+def run_stage(stage: str, cache: Path, args, tsv: Path, qa: Path) -> dict:
+    """Run ``stage`` in a subprocess; wall seconds, peak RSS (MiB) and the child's own report."""
+    env = dict(os.environ, QA_CACHE_DIR=str(cache), TOKENIZERS_PARALLELISM="false")
+    cmd = [sys.executable, "-m", "bench.scale", "--child", stage, "--tsv", str(tsv), "--qa", str(qa),
+           "--depth", str(args.depth), "--questions", str(args.questions), "--read-questions", str(args.read_questions),
+           "--reader", str(args.reader), "--threads", str(args.threads)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"error: stage {stage} failed (exit {proc.returncode}); command: {' '.join(cmd)}")
+    report = json.loads(out.strip().splitlines()[-1])
+    return {"stage": stage, "wall_s": round(wall, 3), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), **report}
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+# -------------------------------------------------------------- reporting
+def stage_seconds(r: dict) -> float:
+    """The stage's own cost: the wall time minus loading what earlier stages built."""
+    key = {"store": "load_s", "index": "index_s", "retrieve": None, "read": "read_s"}[r["stage"]]
+    if r["stage"] == "retrieve":
+        return r["search_s"] + r["has_answer_s"]
+    return r[key]
+
+
+def extrapolate(sizes: list[int], values: list[float], target: int) -> tuple[float, float]:
+    """(growth per 10x, value at target) from the two largest sizes: a power law through them."""
+    if len(sizes) < 2 or values[-2] <= 0 or values[-1] <= 0:
+        return float("nan"), float("nan")
+    exponent = math.log(values[-1] / values[-2]) / math.log(sizes[-1] / sizes[-2])
+    return 10 ** exponent, values[-1] * (target / sizes[-1]) ** exponent
+
+
+def report(results: dict, sizes: list[int], threads: int) -> str:
+    lines = [f"Scale benchmark (`python -m bench.scale`), {threads} threads; questions: retrieve "
+             f"{results['args']['questions']} at depth {results['args']['depth']}, read top 5 of {results['args']['read_questions']}", ""]
+    head = "| stage | " + " | ".join(f"N={n:,} s" for n in sizes) + " | x per 10x | " + " | ".join(f"N={n:,} RSS MiB" for n in sizes) + " | RSS x per 10x |"
+    lines += [head, "|" + "---|" * (2 * len(sizes) + 3)]
+    extra = {}
+    for stage in STAGES:
+        rs = [results["runs"][str(n)][stage] for n in sizes]
+        secs = [stage_seconds(r) for r in rs]
+        rss = [r["peak_rss_mib"] for r in rs]
+        g_t, t_full = extrapolate(sizes, secs, DPR_PASSAGES)
+        g_m, m_full = extrapolate(sizes, rss, DPR_PASSAGES)
+        extra[stage] = (t_full, m_full)
+        lines.append(f"| {stage} | " + " | ".join(f"{s:.1f}" for s in secs) + f" | {g_t:.2f} | " + " | ".join(f"{m:.0f}" for m in rss) + f" | {g_m:.2f} |")
+    disk = [results["runs"][str(n)]["disk"] for n in sizes]
+    lines += ["", "| N | store (MiB) | BM25 index (MiB) | passages/s (store) | top-20 / top-100 accuracy |", "|---|---|---|---|---|"]
+    for n, d in zip(sizes, disk):
+        r = results["runs"][str(n)]
+        acc = r["retrieve"].get("dpr", {})
+        lines.append(f"| {n:,} | {d['store'] / 2**20:.0f} | {d['bm25'] / 2**20:.0f} | {r['store'].get('passages_per_s') or 0:,.0f} |"
+                     f" {acc.get('Top20', float('nan')):.4f} / {acc.get('Top100', float('nan')):.4f} |")
+    per_passage = (disk[-1]["store"] + disk[-1]["bm25"]) / sizes[-1]
+    lines += ["", f"Extrapolation to {DPR_PASSAGES:,} passages (power law through the two largest sizes; disk linear):", "",
+              "| stage | hours, 2 cores | hours, 16 cores | peak RSS GiB |", "|---|---|---|---|"]
+    total2 = total16 = 0.0
+    for stage in STAGES:
+        t, m = extra[stage]
+        h2 = t / 3600 * (threads / 2 if PARALLEL[stage] else 1)
+        h16 = h2 * (2 / 16) if PARALLEL[stage] else h2
+        total2, total16 = total2 + h2, total16 + h16
+        lines.append(f"| {stage} | {h2:.2f} | {h16:.2f} | {m / 1024:.1f} |")
+    lines += [f"| all | {total2:.2f} | {total16:.2f} | |", "",
+              f"Disk at {DPR_PASSAGES:,} passages: about {per_passage * DPR_PASSAGES / 2**30:.0f} GiB (store + index), plus the TSV itself.",
+              "16 cores: the index, retrieve and read stages assumed to scale linearly with cores, the store build (one Python reader) not at all."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="10k,100k,1M", help="corpus sizes (passages): counts with k/M suffixes")
+    p.add_argument("--questions", type=int, default=2000, help="questions retrieved at --depth")
+    p.add_argument("--depth", type=int, default=1000)
+    p.add_argument("--read-questions", type=int, default=500, help="questions whose top 5 passages are read")
+    p.add_argument("--reader", default=str(ROOT.parent / "shared" / "models" / "minilm-squad-reader"))
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="threads for the index, search and reader")
+    p.add_argument("--data-dir", default=os.environ.get("QA_DATA_DIR") or str(ROOT.parent / "shared" / "data"))
+    p.add_argument("--cache", help="where corpora and per-run caches go (default: $QA_CACHE_DIR/scale)")
+    p.add_argument("--stages", default=",".join(STAGES), help="stages to run (default: all)")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale"), help="output stem (.md and .json)")
+    p.add_argument("--child", choices=STAGES, help=argparse.SUPPRESS)
+    p.add_argument("--tsv", help=argparse.SUPPRESS)
+    p.add_argument("--qa", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        info = child(args.child, args.tsv, args.qa, args.depth, args.questions, args.read_questions, args.reader, args.threads)
+        print(json.dumps(info))
+        return 0
+    from data.io import cache_dir, write_json, write_text
+
+    os.environ.setdefault("QA_DATA_DIR", args.data_dir)
+    sizes = sorted({parse_size(s) for s in args.sizes.split(",") if s.strip()})
+    wanted = [s.strip() for s in args.stages.split(",") if s.strip()]
+    root = Path(args.cache) if args.cache else cache_dir("scale")
+    root.mkdir(parents=True, exist_ok=True)
+    qa = root / f"squad-dev-{args.questions}.qa.csv"
+    if not qa.is_file():
+        write_questions(qa, Path(args.data_dir), max(args.questions, args.read_questions))
+    results = {"args": {"questions": args.questions, "depth": args.depth, "read_questions": args.read_questions,
+                        "threads": args.threads, "reader": args.reader}, "runs": {}}
+    source = None
+    for n in sizes:
+        tsv = root / f"psgs_squad_{n}.tsv"
+        if not tsv.is_file():
+            t0 = time.perf_counter()
+            source = source or squad_sentences(Path(args.data_dir))
+            write_corpus(n, tsv, source)
+            print(f"wrote {tsv} ({n:,} passages, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+        cache = root / f"run-{n}"
+        shutil.rmtree(cache, ignore_errors=True)  # every stage is measured from nothing
+        runs: dict = {}
+        for stage in STAGES:
+            if stage not in wanted:
+                continue
+            runs[stage] = run_stage(stage, cache, args, tsv, qa)
+            print(f"N={n:,} {stage}: {json.dumps(runs[stage])}", file=sys.stderr)
+        runs["disk"] = {"store": du(cache / "corpus_store"), "bm25": du(cache / "bm25"), "tsv": tsv.stat().st_size}
+        results["runs"][str(n)] = runs
+    out = Path(args.out)
+    write_json(out.with_suffix(".json"), results)
+    if set(STAGES) <= set(wanted):
+        text = report(results, sizes, args.threads)
+        write_text(out.with_suffix(".md"), text)
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
