@@ -211,6 +211,32 @@ def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
+def peak_gpu_mb() -> float | None:
+    """Peak CUDA memory allocated by torch in this process (None when CUDA was never used)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return round(max(torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count())) / 2**20, 1)
+
+
+def _hardware() -> dict:
+    import hardware
+
+    info = hardware.describe()
+    try:
+        info["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        info["torch_threads"] = torch.get_num_threads()
+    gpu = peak_gpu_mb()
+    if gpu is not None:
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["peak_gpu_mb"] = gpu
+    return info
+
+
 def write_manifest(out: Path, *, command: str, config: dict, seed: int | None, sources: dict, timings: dict, extra=None):
     manifest = {
         "command": command,
