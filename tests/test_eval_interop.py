@@ -109,3 +109,114 @@ def test_progress_in_a_log_is_lines_not_carriage_returns(reqa_bm25):
         pass
     lines = sink.getvalue().splitlines()
     assert LOG_INTERVAL_S >= 30 and 1 <= len(lines) <= 3 and "\r" not in sink.getvalue()  # start and end, no redraws
+    sink = Pipe()
+    with tqdm(total=0, desc="reading", file=sink, leave=False) as bar:  # the reader grows its total and refreshes
+        for _ in range(1000):
+            bar.total += 4
+            bar.refresh()
+            bar.update(4)
+    assert len(sink.getvalue().splitlines()) == 1  # the first line only: explicit refreshes wait out the interval too
+
+
+# ------------------------------------------------------------ per-query values and pipeline.compare
+@pytest.fixture(scope="module")
+def reqa_zscore(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reqa_zscore")
+    proc = run_cli("--dataset", "reqa_squad", "--split", "dev", "--retriever", "fuse-zscore:bm25+dense", "--limit", "400",
+                   "--depth", "100", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def per_query(run):
+    return {r["id"]: r for r in map(json.loads, (run / "per_query.jsonl").read_text().splitlines())}
+
+
+def test_per_query_means_are_the_reported_metrics(reqa_bm25, scifact_bm25):
+    for run, keys in ((reqa_bm25, {"rr": ("reqa", "sentence", "MRR"), "r@5": ("reqa", "sentence", "R@5"),
+                                   "paragraph_rr": ("reqa", "paragraph", "MRR")}),
+                      (scifact_bm25, {"rr": ("reqa", "sentence", "MRR"), "ndcg@10": ("beir", "nDCG@10"),
+                                      "r@100": ("beir", "R@100")})):
+        metrics = json.loads((run / "metrics.json").read_text())
+        rows = per_query(run)
+        assert list(rows) == list(read_trec(run / "run.trec"))  # keyed by the run.trec / qrels ids
+        for name, path in keys.items():
+            value = metrics["retrieval"]
+            for p in path:
+                value = value[p]
+            assert np.mean([r[name] for r in rows.values()]) == pytest.approx(value, abs=1e-12)
+        lo, hi = metrics["ci95"]["retrieval.reqa.sentence.MRR"]
+        assert lo < metrics["retrieval"]["reqa"]["sentence"]["MRR"] < hi and metrics["scale"] == "fraction"
+
+
+def pairs_csv(path):
+    import csv
+
+    with open(path, newline="") as f:
+        return {r["metric"]: r for r in csv.DictReader(f)}
+
+
+def test_compare_p_values_are_scipys(reqa_bm25, reqa_zscore, tmp_path):
+    from scipy import stats
+
+    a, b = per_query(reqa_bm25), per_query(reqa_zscore)
+    ids = list(a)
+    x, y = (np.array([rows[q]["rr"] for q in ids]) for rows in (a, b))
+    out = tmp_path / "t"
+    proc = run_cli(reqa_bm25, reqa_zscore, "--names", "bm25,zscore", "--metrics", "rr,r@10", "--out", out, module="pipeline.compare")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    pairs = pairs_csv(out / "compare_pairs.csv")
+    assert float(pairs["rr"]["p"]) == pytest.approx(stats.ttest_rel(x, y).pvalue, rel=1e-9)
+    x10, y10 = (np.array([rows[q]["r@10"] for q in ids]) for rows in (a, b))
+    assert float(pairs["r@10"]["p"]) == pytest.approx(stats.ttest_rel(x10, y10).pvalue, rel=1e-9)
+    assert float(pairs["rr"]["p_corrected"]) == float(pairs["rr"]["p"])  # one comparison per metric: nothing to correct
+    assert float(pairs["rr"]["mean_a"]) == pytest.approx(json.loads((reqa_bm25 / "metrics.json").read_text())["retrieval"]["reqa"]["sentence"]["MRR"], abs=1e-12)
+    md = proc.stdout
+    assert "| a | `bm25` |" in md and "<sup>a</sup>" in md.split("| b | `zscore` |")[1].splitlines()[0]  # z-score beats BM25 here
+    assert (out / "compare.tex").read_text().startswith("\\begin{tabular}") and (out / "compare.md").is_file()
+
+    # three runs (the third a copy of BM25: p = 1 against it): Holm over each metric's three comparisons
+    import csv
+    import shutil
+
+    shutil.copytree(reqa_bm25, tmp_path / "bm25copy")
+    out = tmp_path / "three"
+    proc = run_cli(reqa_bm25, reqa_zscore, tmp_path / "bm25copy", "--metrics", "rr", "--out", out, module="pipeline.compare")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with open(out / "compare_pairs.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    raw = np.array([stats.ttest_rel(x, y).pvalue, 1.0, stats.ttest_rel(y, x).pvalue])  # (a,b), (a,c), (b,c)
+    np.testing.assert_allclose([float(r["p"]) for r in rows], raw, rtol=1e-9)
+    order = np.argsort(raw)
+    holm = np.maximum.accumulate([min(1.0, (3 - k) * raw[i]) for k, i in enumerate(order)])
+    expected = np.empty(3)
+    expected[order] = holm
+    np.testing.assert_allclose([float(r["p_corrected"]) for r in rows], expected, rtol=1e-9)
+
+    rng = lambda: np.random.default_rng(7)  # noqa: E731  (the seed pipeline.compare passes to scipy)
+    for test, expected in (
+        ("randomization", stats.permutation_test((x, y), lambda u, v, axis=-1: u.mean(axis) - v.mean(axis), permutation_type="samples",
+                                                 n_resamples=2000, vectorized=True, rng=rng()).pvalue),
+        ("bootstrap", None),
+    ):
+        if expected is None:  # paired bootstrap: centred resampled mean differences at least as far from 0 as observed
+            d = x - y
+            boot = stats.bootstrap((d,), np.mean, n_resamples=2000, method="percentile", vectorized=True, rng=rng())
+            expected = np.mean(np.abs(boot.bootstrap_distribution - d.mean()) >= abs(d.mean()))
+        out = tmp_path / test
+        proc = run_cli(reqa_bm25, reqa_zscore, "--metrics", "rr", "--test", test, "--resamples", "2000", "--seed", "7",
+                       "--correction", "none", "--out", out, module="pipeline.compare")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert float(pairs_csv(out / "compare_pairs.csv")["rr"]["p"]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_compare_refuses_other_question_sets(reqa_bm25, tmp_path):
+    import shutil
+
+    other = tmp_path / "fewer"
+    shutil.copytree(reqa_bm25, other)
+    lines = (other / "per_query.jsonl").read_text().splitlines()
+    (other / "per_query.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    proc = run_cli(reqa_bm25, other, "--metrics", "rr", module="pipeline.compare")
+    errors = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "other questions" in errors[0] and "Traceback" not in proc.stderr

@@ -1,0 +1,260 @@
+"""Compare runs with paired significance tests: ``python -m pipeline.compare RUN_DIR RUN_DIR ...``.
+
+Reads each run's ``per_query.jsonl`` (written by ``pipeline.run``) and prints,
+like ranx's ``compare`` (Bassani 2022), one table with each run's mean per
+metric, its 95% bootstrap interval and the letters of the runs it is
+significantly better than, then every pairwise test (difference, p-value,
+corrected p-value).  ``--out DIR`` also writes ``compare.md``, ``compare.csv``
+(means), ``compare_pairs.csv`` (tests) and ``compare.tex``.
+
+Tests (:mod:`eval.significance`, all scipy.stats, two-sided, seeded with
+``--seed``): ``paired-t`` (default), ``randomization`` (Fisher's paired sign
+flips) and ``bootstrap`` (paired bootstrap of the mean difference).  With
+``--baseline RUN`` every run is tested against that one; otherwise every pair.
+``--correction`` (Holm by default, Bonferroni, none) adjusts the p-values of
+each metric's family of comparisons.
+
+Runs must score the same questions: a metric whose per-query ids differ
+between runs (another dataset, split or ``--limit``) is an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import string
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from data.errors import UserError
+from data.io import write_text
+from pipeline.cli import main_guard
+
+DEFAULT_METRICS = ("rr", "r@10", "ndcg@10", "r@100", "em", "f1", "rouge_l", "meteor", "bert_f1")
+NOT_METRICS = ("id", "n", "error")
+
+
+@dataclass
+class Run:
+    name: str
+    path: Path
+    metrics: dict
+    rows: dict[str, dict]  # id -> per-query values
+
+    def values(self, metric: str) -> dict[str, float]:
+        return {qid: float(r[metric]) for qid, r in self.rows.items() if r.get(metric) is not None}
+
+
+def load_run(path: str | Path, name: str | None = None) -> Run:
+    path = Path(path)
+    pq = path / "per_query.jsonl"
+    if not pq.is_file():
+        raise UserError(f"{pq}: not found (is {path} the --out directory of pipeline.run?)")
+    rows: dict[str, dict] = {}
+    with open(pq, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            try:
+                row = json.loads(line)
+                rows[str(row["id"])] = row
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise UserError(f"{pq}:{n}: expected a JSON object with an 'id'") from None
+    metrics = {}
+    if (path / "metrics.json").is_file():
+        try:
+            metrics = json.loads((path / "metrics.json").read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path / 'metrics.json'}:{e.lineno}: not valid JSON ({e.msg})") from None
+    return Run(name or path.name, path, metrics, rows)
+
+
+def available_metrics(runs: list[Run]) -> list[str]:
+    """Metrics every run has per query, in the default order, then any others alphabetically."""
+    common = None
+    for run in runs:
+        names = {k for r in run.rows.values() for k, v in r.items() if k not in NOT_METRICS and isinstance(v, (int, float))}
+        common = names if common is None else common & names
+    common = common or set()
+    return [m for m in DEFAULT_METRICS if m in common] + sorted(common - set(DEFAULT_METRICS))
+
+
+def aligned(runs: list[Run], metric: str) -> tuple[list[str], np.ndarray]:
+    """``(ids, scores [runs, Q])`` of ``metric``; refuses runs scored on different questions."""
+    first = runs[0].values(metric)
+    if not first:
+        raise UserError(f"{runs[0].path / 'per_query.jsonl'}: no per-query values of {metric!r}")
+    ids = list(first)
+    table = [np.array([first[q] for q in ids])]
+    for run in runs[1:]:
+        vals = run.values(metric)
+        if set(vals) != set(first):
+            shared = len(set(vals) & set(first))
+            raise UserError(f"{run.path / 'per_query.jsonl'}: {metric} is scored on other questions than in {runs[0].path} "
+                            f"({len(vals)} vs {len(first)}, {shared} shared): compare runs over the same question set")
+        table.append(np.array([vals[q] for q in ids]))
+    return ids, np.vstack(table)
+
+
+def compare(runs: list[Run], metrics: list[str], test: str = "paired-t", correction: str = "holm",
+            baseline: int | None = None, alpha: float = 0.05, n_resamples: int = 10000, seed: int = 0) -> dict:
+    """Means, intervals and corrected pairwise tests; the structure the tables are printed from."""
+    from eval.significance import bootstrap_ci, correct, paired_test
+
+    for a in runs[1:]:
+        for key in ("dataset", "split"):
+            if runs[0].metrics.get(key) is not None and a.metrics.get(key) not in (None, runs[0].metrics.get(key)):
+                raise UserError(f"{a.path}: {key} {a.metrics.get(key)!r} differs from {runs[0].path}'s {runs[0].metrics.get(key)!r}")
+    letters = string.ascii_lowercase
+    if len(runs) > len(letters):
+        raise UserError(f"at most {len(letters)} runs at once")
+    pairs = [(baseline, j) for j in range(len(runs)) if j != baseline] if baseline is not None else \
+        [(i, j) for i in range(len(runs)) for j in range(i + 1, len(runs))]
+    result = {"test": test, "correction": correction, "alpha": alpha, "seed": seed, "resamples": n_resamples,
+              "runs": [r.name for r in runs], "letters": list(letters[: len(runs)]), "metrics": {}}
+    for metric in metrics:
+        ids, table = aligned(runs, metric)
+        means = table.mean(axis=1)
+        cis = [bootstrap_ci(row, 1000, seed) for row in table]
+        raw = [paired_test(table[i], table[j], test, n_resamples, seed) for i, j in pairs]
+        adj = correct(raw, correction)
+        better = [[] for _ in runs]
+        tests = []
+        for (i, j), p, q in zip(pairs, raw, adj):
+            significant = q < alpha
+            if significant and means[i] != means[j]:
+                winner, loser = (i, j) if means[i] > means[j] else (j, i)
+                better[winner].append(letters[loser])
+            tests.append({"a": runs[i].name, "b": runs[j].name, "mean_a": float(means[i]), "mean_b": float(means[j]),
+                          "diff": float(means[j] - means[i]), "p": float(p), "p_corrected": float(q), "significant": bool(significant)})
+        result["metrics"][metric] = {
+            "questions": len(ids),
+            "means": [float(m) for m in means],
+            "ci95": [[float(lo), float(hi)] for lo, hi in cis],
+            "better_than": [sorted(b) for b in better],
+            "tests": tests,
+        }
+    return result
+
+
+def markdown(result: dict) -> str:
+    metrics = list(result["metrics"])
+    head = ["", "run"] + [f"{m} (mean [95% CI])" for m in metrics]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for k, (name, letter) in enumerate(zip(result["runs"], result["letters"])):
+        cells = [f"{letter}", f"`{name}`"]
+        for m in metrics:
+            info = result["metrics"][m]
+            lo, hi = info["ci95"][k]
+            sup = "".join(info["better_than"][k])
+            cells.append(f"{info['means'][k]:.4f}{('<sup>' + sup + '</sup>') if sup else ''} [{lo:.4f}, {hi:.4f}]")
+        lines.append("| " + " | ".join(cells) + " |")
+    q = {m: result["metrics"][m]["questions"] for m in metrics}
+    note = (f"Superscripts: the runs a run is significantly better than ({result['test']} test, {result['correction']} "
+            f"correction, alpha {result['alpha']}); values are fractions in [0, 1]; questions per metric: "
+            + ", ".join(f"{m} {n}" for m, n in q.items()) + ".")
+    pair_head = "| metric | a | b | mean a | mean b | b − a | p | p corrected | significant |"
+    pair_lines = [pair_head, "|---|---|---|---|---|---|---|---|---|"]
+    for m in metrics:
+        for t in result["metrics"][m]["tests"]:
+            pair_lines.append(f"| {m} | `{t['a']}` | `{t['b']}` | {t['mean_a']:.4f} | {t['mean_b']:.4f} | {t['diff']:+.4f} | "
+                              f"{t['p']:.3g} | {t['p_corrected']:.3g} | {'yes' if t['significant'] else 'no'} |")
+    return "\n".join(lines) + "\n\n" + note + "\n\n" + "\n".join(pair_lines) + "\n"
+
+
+def latex(result: dict) -> str:
+    metrics = list(result["metrics"])
+    esc = lambda s: str(s).replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("&", "\\&").replace("%", "\\%").replace("#", "\\#")  # noqa: E731
+    lines = ["\\begin{tabular}{ll" + "r" * len(metrics) + "}", "\\toprule",
+             " & run & " + " & ".join(esc(m) for m in metrics) + " \\\\", "\\midrule"]
+    for k, (name, letter) in enumerate(zip(result["runs"], result["letters"])):
+        cells = []
+        for m in metrics:
+            info = result["metrics"][m]
+            sup = "".join(info["better_than"][k])
+            cells.append(f"{info['means'][k]:.4f}" + (f"$^{{{sup}}}$" if sup else ""))
+        lines.append(f"{letter} & {esc(name)} & " + " & ".join(cells) + " \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}",
+              f"% superscripts: significantly better than ({result['test']}, {result['correction']} correction, alpha {result['alpha']})"]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(out: Path, result: dict) -> list[Path]:
+    from data.io import atomic_path
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "compare.md", markdown(result))
+    write_text(out / "compare.tex", latex(result))
+    with atomic_path(out / "compare.csv") as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["metric", "run", "letter", "questions", "mean", "ci_low", "ci_high", "better_than"])
+        for m, info in result["metrics"].items():
+            for k, name in enumerate(result["runs"]):
+                w.writerow([m, name, result["letters"][k], info["questions"], repr(info["means"][k]),
+                            repr(info["ci95"][k][0]), repr(info["ci95"][k][1]), "".join(info["better_than"][k])])
+    with atomic_path(out / "compare_pairs.csv") as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["metric", "a", "b", "mean_a", "mean_b", "diff", "test", "p", "correction", "p_corrected", "significant"])
+        for m, info in result["metrics"].items():
+            for t in info["tests"]:
+                w.writerow([m, t["a"], t["b"], repr(t["mean_a"]), repr(t["mean_b"]), repr(t["diff"]), result["test"],
+                            repr(t["p"]), result["correction"], repr(t["p_corrected"]), t["significant"]])
+    return [out / n for n in ("compare.md", "compare.csv", "compare_pairs.csv", "compare.tex")]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise UserError(f"{self.prog}: {message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from eval.significance import CORRECTIONS, TESTS
+
+    p = _Parser(prog="python -m pipeline.compare", description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+", help="pipeline.run --out directories (two or more)")
+    p.add_argument("--metrics", help=f"comma-separated per-query metrics (default: those of {','.join(DEFAULT_METRICS)} all runs have)")
+    p.add_argument("--test", default="paired-t", choices=TESTS)
+    p.add_argument("--correction", default="holm", choices=CORRECTIONS)
+    p.add_argument("--baseline", help="a run directory (or its name) every other run is tested against")
+    p.add_argument("--names", help="comma-separated display names (default: the directory names)")
+    p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--resamples", type=int, default=10000, help="resamples of the randomization/bootstrap tests")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="also write compare.md, compare.csv, compare_pairs.csv, compare.tex here")
+    return p
+
+
+@main_guard
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if len(args.runs) < 2:
+        raise UserError("pipeline.compare: give two or more run directories")
+    names = [n.strip() for n in args.names.split(",")] if args.names else [None] * len(args.runs)
+    if len(names) != len(args.runs):
+        raise UserError(f"--names: {len(names)} names for {len(args.runs)} runs")
+    runs = [load_run(p, n) for p, n in zip(args.runs, names)]
+    if len({r.name for r in runs}) != len(runs):
+        raise UserError("runs need distinct names (pass --names)")
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else available_metrics(runs)
+    if not metrics:
+        raise UserError("the runs share no per-query metric")
+    baseline = None
+    if args.baseline:
+        match = [k for k, r in enumerate(runs) if r.name == args.baseline or r.path.resolve() == Path(args.baseline).resolve()]
+        if not match:
+            raise UserError(f"--baseline {args.baseline}: not one of the runs")
+        baseline = match[0]
+    if args.resamples < 1 or not 0 < args.alpha < 1:
+        raise UserError("--resamples must be >= 1 and --alpha in (0, 1)")
+    result = compare(runs, metrics, args.test, args.correction, baseline, args.alpha, args.resamples, args.seed)
+    print(markdown(result))
+    if args.out:
+        for path in write_outputs(Path(args.out), result):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
