@@ -154,7 +154,7 @@ def child(stage: str, tsv: str, qa: str, depth: int, questions: int, read_questi
     if stage == "index":
         return info
     if stage == "retrieve":
-        from pipeline.run import limit_queries
+        from data.types import limit_queries
 
         ds = limit_queries(ds, questions)
         t0 = time.perf_counter()

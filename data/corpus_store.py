@@ -101,6 +101,14 @@ class CorpusStore:
             arr = arr.take(pa.array(local, type=pa.int64()))
         return arr.to_pylist()
 
+    def value(self, name: str, row: int) -> str:
+        """One value (no array round trip: readers fetch passages one by one)."""
+        if name == "contents":
+            title, text = self.value("title", row), self.value("text", row)
+            return f"{title}\n{text}" if title else text
+        c = int(np.searchsorted(self._offsets, row, side="right")) - 1
+        return self._table.column(name).chunk(c)[row - int(self._offsets[c])].as_py()
+
     def fetch(self, name: str, rows) -> list[str]:
         """Values of column ``name`` at ``rows`` (any order, repeats allowed)."""
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
@@ -182,7 +190,7 @@ class StoreColumn(Sequence):
                 i += n
             if not 0 <= i < n:
                 raise IndexError(f"corpus row {index} out of range 0..{n - 1}")
-            return self.store.fetch(self.name, self._base(np.asarray([i])))[0]
+            return self.store.value(self.name, i if self.rows is None else int(self.rows[i]))
         if isinstance(index, slice):
             idx = np.arange(len(self))[index]
         else:

@@ -150,6 +150,28 @@ class Queries:
         )
 
 
+def limit_queries(dataset: "Dataset", limit: int | None) -> "Dataset":
+    """Keep the query inputs of the first ``limit`` questions (the corpus stays whole)."""
+    import dataclasses
+
+    from data.errors import UserError
+
+    if not limit:
+        return dataset
+    if limit < 1:
+        raise UserError(f"--limit must be >= 1 (got {limit})")
+    keep, seen = [], []
+    seen_set = set()
+    for i, qid in enumerate(dataset.queries.question_ids):
+        if qid not in seen_set:
+            if len(seen) == limit:
+                break
+            seen_set.add(qid)
+            seen.append(qid)
+        keep.append(i)
+    return dataclasses.replace(dataset, queries=dataset.queries.subset(keep))
+
+
 @dataclass
 class Dataset:
     """A named corpus + queries pair for one split."""

@@ -364,7 +364,7 @@ class _ReadActor:
         self.reader = ExtractiveReader(**params).load()
 
     def __call__(self, batch: dict) -> dict:
-        from pipeline.engine import read_pairs_halving
+        from readers.halving import read_pairs_halving
 
         scores, starts, ends = [], [], []
         for qs, ps in zip(batch["questions"], batch["passages"]):

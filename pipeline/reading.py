@@ -41,7 +41,7 @@ def make_reader(args):
 
 def fit_selector(selector, args, train, retriever_factory, depth: int, timer) -> None:
     """Fit a learned selector on the training split's rankings (never the evaluated split)."""
-    from pipeline.run import limit_queries
+    from data.types import limit_queries
 
     if train is None:
         raise UserError(f"selector {selector.spec} is learned: it needs --train-split")

@@ -125,24 +125,7 @@ def language_options(dataset, options: dict) -> dict:
     return options
 
 
-def limit_queries(dataset, limit: int | None):
-    """Keep the query inputs of the first ``limit`` questions (the corpus stays whole)."""
-    if not limit:
-        return dataset
-    if limit < 1:
-        raise UserError(f"--limit must be >= 1 (got {limit})")
-    keep, seen = [], []
-    seen_set = set()
-    for i, qid in enumerate(dataset.queries.question_ids):
-        if qid not in seen_set:
-            if len(seen) == limit:
-                break
-            seen_set.add(qid)
-            seen.append(qid)
-        keep.append(i)
-    import dataclasses
-
-    return dataclasses.replace(dataset, queries=dataset.queries.subset(keep))
+from data.types import limit_queries  # noqa: E402,F401 - it lives in the data layer (pipeline.reading and data.export use it too)
 
 
 def write_trec(path: Path, ranking, queries, corpus, tag: str, depth: int = TREC_DEPTH) -> None:

@@ -340,7 +340,7 @@ def test_dpr_json_positive_passages_are_known_gold(files, tmp_path):
 def test_open_run_with_reader_and_mu(files, tmp_path):
     out = tmp_path / "read"
     _run(["--dataset", f"open:{files['tsv']}+{files['qa']}", "--retriever", "bm25", "--depth", "20", "--limit", "6",
-          "--reader", str(READER), "--selector", "top:3", "--mu", "0.5", "--out", str(out)])
+          "--reader", str(READER), "--selector", "top:3", "--mu", "0.5", "--metrics", "em,f1", "--out", str(out)])
     metrics = json.loads((out / "metrics.json").read_text())
     reading = metrics["reading"]
     assert reading["questions"] == 6 and reading["mean_n"] == 3

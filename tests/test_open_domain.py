@@ -134,7 +134,7 @@ def test_corpus_levels_seed_changes_the_noise_and_bad_sizes_fail():
 
 
 def test_restrict_corpus_keeps_gold_texts(open_dev):
-    from pipeline.run import limit_queries
+    from data.types import limit_queries
 
     ds = limit_queries(build_copy(open_dev), 40)
     rows = corpus_levels(len(ds.corpus), gold_rows(ds.queries), [500], seed=3)[0]
