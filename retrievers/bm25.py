@@ -186,7 +186,7 @@ class BM25Retriever:
             if bad:
                 raise UserError(f"{path}: {bad} documents of the cached BM25 index are not rows of this corpus; delete it")
             return batch
-        rows = rows_for_ids(batch.index_ids(), ids_as_bytes(corpus.ids))
+        rows = _cached_row_map(path, corpus, lambda: rows_for_ids(batch.index_ids(), ids_as_bytes(corpus.ids)))
         matched = int((rows >= 0).sum())
         if matched == 0:
             raise UserError(f"{self.index_path}: none of the index's {batch.max_doc} document ids is a corpus id")
@@ -244,6 +244,34 @@ def _warn_once(message: str) -> None:
         print(f"warning: {message}", file=sys.stderr)
 
 
+def _cached_row_map(index: Path, corpus: Corpus, build: Callable[[], np.ndarray]) -> np.ndarray:
+    """Lucene doc -> corpus row of an external index, cached when the corpus has a ``content_key``.
+
+    Reading every id of a 21M-document index (stored fields for indexes without
+    id doc values) and matching it takes minutes; the map is keyed by the index's
+    commit (``segments_N`` name, size, mtime) and the corpus content.
+    """
+    content_key = getattr(corpus, "content_key", None)
+    if not (isinstance(content_key, str) and content_key):
+        return build()
+    segments = sorted(index.glob("segments_*"))
+    stamp = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in segments]
+    key = sha256_text("bm25-rowmap-v1", str(index.resolve()), stamp, content_key)[:24]
+    path = cache_dir("bm25", "rowmaps") / f"{key}.npy"
+    if path.is_file():
+        try:
+            return np.load(path)
+        except (OSError, ValueError):
+            pass
+    rows = build()
+    from data.io import atomic_path
+
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, rows)
+    return rows
+
+
 def _existing_index(search_lucene, spec: str) -> Path:
     """A Lucene index directory, or a Pyserini prebuilt index name (downloaded by Pyserini; needs internet)."""
     path = Path(spec).expanduser()
@@ -251,7 +279,7 @@ def _existing_index(search_lucene, spec: str) -> Path:
         if not any(path.glob("segments_*")):
             raise UserError(f"{spec}: not a Lucene index (no segments_N file)")
         return path
-    if os.sep in spec or spec.startswith(".") or path.suffix:
+    if os.sep in spec or spec.startswith((".", "~")):
         raise UserError(f"{spec}: BM25 index directory not found")
     try:
         searcher = search_lucene.LuceneSearcher.from_prebuilt_index(spec)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
-from tqdm.auto import tqdm
+from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
 from data.errors import UserError
 

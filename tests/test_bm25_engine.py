@@ -10,6 +10,7 @@ is never served and the next run rebuilds it.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -133,6 +134,20 @@ def test_index_built_by_pyserini_searched_through_index_path(passages, tmp_path)
     np.testing.assert_array_equal(a.scores, b.scores)
     # and both equal Pyserini's batch_search on Pyserini's index
     assert_identical(b, bare_batch_search(theirs, questions[:30], 1000), 1000)
+    # a corpus with a content key caches the doc -> row map; the cached map gives the same ranking
+    keyed = copy.copy(corpus)
+    keyed.content_key = f"test-bm25-engine-{tmp_path.name}-{time.time_ns()}"
+    from data.io import cache_dir
+
+    maps = cache_dir("bm25", "rowmaps")
+    before = set(maps.glob("*.npy"))
+    for _ in range(2):
+        c = BM25Retriever(threads=2, index_path=str(tmp_path / "index")).index(keyed).search(questions[:20], 100)
+        np.testing.assert_array_equal(c.ids, a.ids[:20, :100])
+    new_maps = set(maps.glob("*.npy")) - before
+    assert len(new_maps) == 1
+    for p in new_maps:
+        p.unlink()
 
 
 def test_cli_bm25_index_flag_with_pyserini_index_of_natural_ids(data_dir, tmp_path):
