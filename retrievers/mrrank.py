@@ -69,6 +69,7 @@ from retrievers.pooling import (
     gold_mask,
     member_config,
     pool_rankings,
+    search_fused,
     search_members,
     training_subset,
 )
@@ -569,8 +570,7 @@ class MrRankRetriever:
 
     def search(self, query_texts: Sequence[str], k: int) -> Ranking:
         k = check_positive_int(k, "mrrank search k")
-        rankings = search_members(self.members, query_texts, max(self.depth, k))
-        return self.fuse(query_texts, rankings, k)
+        return search_fused(self.members, query_texts, max(self.depth, k), k, self.fuse)
 
     def fuse(self, query_texts: Sequence[str], rankings: Sequence[Ranking], k: int) -> Ranking:
         """Re-rank precomputed member rankings of the indexed corpus; top ``k``.
@@ -581,7 +581,7 @@ class MrRankRetriever:
         from retrievers.pooling import rank_pool
 
         pool, scores = self.score_pool(query_texts, rankings)
-        if k <= pool.ids.shape[1] or max(r.depth for r in rankings) <= self.depth:
+        if max(r.depth for r in rankings) <= self.depth:  # per query, never on the batch's widest pool
             return rank_pool(pool.ids, scores, k)
         full = pool_rankings(rankings)
         rrf = np.where(full.present, 1.0 / (61.0 + np.maximum(full.ranks, 0)), 0.0).sum(axis=0)

@@ -97,6 +97,36 @@ def search_members(members: Sequence[Retriever], query_texts: Sequence[str], dep
     return rankings
 
 
+FUSE_BLOCK = 1024  # queries searched and fused at a time by every fused retriever
+
+
+def search_fused(members: Sequence[Retriever], query_texts: Sequence[str], depth: int, k: int, fuse,
+                 block: int | None = None) -> Ranking:
+    """Search the members to ``depth`` and fuse, ``block`` queries at a time; the top ``k`` of every query.
+
+    ``fuse(texts, rankings, k)`` fuses one block's member rankings.  Every
+    fusion method here scores each query on its own (its pool, its
+    normalizations, its features), so fusing block by block returns exactly
+    what fusing all queries at once would; but only one block's member
+    rankings and pool (``[M, block, P]`` arrays, several times the size of the
+    rankings) are alive at a time, and each member searches one block (BM25's
+    hits, dense query embeddings), so memory no longer grows with
+    queries x depth x members (default ``FUSE_BLOCK`` queries).
+    """
+    texts = list(query_texts)
+    n, size = len(texts), int(block or FUSE_BLOCK)
+    if n <= size:
+        return fuse(texts, search_members(members, texts, depth), k)
+    ids = np.full((n, k), -1, dtype=np.int64)
+    scores = np.full((n, k), -np.inf, dtype=np.float32)
+    for lo in range(0, n, size):
+        part = fuse(texts[lo : lo + size], search_members(members, texts[lo : lo + size], depth), k)
+        width = min(k, part.depth)
+        ids[lo : lo + len(part), :width] = part.ids[:, :width]
+        scores[lo : lo + len(part), :width] = part.scores[:, :width]
+    return Ranking(ids, scores)
+
+
 def pool_rankings(rankings: Sequence[Ranking]) -> Pool:
     """Union the candidates of several rankings of the same queries (vectorized)."""
     if not rankings:

@@ -43,6 +43,7 @@ from retrievers.pooling import (
     fuse_name,
     member_config,
     reciprocal_rank_of_gold,
+    search_fused,
     search_members,
     training_subset,
 )
@@ -178,7 +179,7 @@ class StatisticalRouterRetriever:
 
     def search(self, query_texts: Sequence[str], k: int) -> Ranking:
         k = check_positive_int(k, "route-stat search k")
-        return self.fuse(query_texts, search_members(self.members, query_texts, max(self.depth, k)), k)
+        return search_fused(self.members, query_texts, max(self.depth, k), k, self.fuse)
 
     def fuse(self, query_texts: Sequence[str], rankings: Sequence[Ranking], k: int) -> Ranking:
         choice = route_by_statistic(rankings, self.statistic, self.depth)
@@ -310,8 +311,7 @@ class RouterRetriever:
 
     def search(self, query_texts: Sequence[str], k: int) -> Ranking:
         k = check_positive_int(k, "route search k")
-        rankings = search_members(self.members, query_texts, max(self.depth, k))
-        return self.fuse(query_texts, rankings, k)
+        return search_fused(self.members, query_texts, max(self.depth, k), k, self.fuse)
 
     def fuse(self, query_texts: Sequence[str], rankings: Sequence[Ranking], k: int) -> Ranking:
         return select_rankings(rankings, self.predict_members(query_texts, rankings), k)

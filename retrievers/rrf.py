@@ -27,7 +27,7 @@ from retrievers.pooling import (
     member_config,
     pool_rankings,
     rank_pool,
-    search_members,
+    search_fused,
 )
 from retrievers.types import Ranking
 
@@ -81,8 +81,7 @@ class RRFRetriever:
 
     def search(self, query_texts: Sequence[str], k: int) -> Ranking:
         k = check_positive_int(k, "rrf search k")
-        rankings = search_members(self.members, query_texts, max(self.depth, k))
-        return self.fuse(rankings, k)
+        return search_fused(self.members, query_texts, max(self.depth, k), k, lambda _, rankings, kk: self.fuse(rankings, kk))
 
     def fuse(self, rankings: Sequence[Ranking], k: int) -> Ranking:
         """Fuse precomputed member rankings (one per member, same queries)."""

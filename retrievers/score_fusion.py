@@ -43,7 +43,7 @@ from retrievers.pooling import (
     member_config,
     pool_rankings,
     rank_pool,
-    search_members,
+    search_fused,
 )
 from retrievers.types import Ranking
 
@@ -142,7 +142,7 @@ class ScoreFusionRetriever:
 
     def search(self, query_texts: Sequence[str], k: int) -> Ranking:
         k = check_positive_int(k, f"fuse-{self.method} search k")
-        return self.fuse(search_members(self.members, query_texts, max(self.depth, k)), k)
+        return search_fused(self.members, query_texts, max(self.depth, k), k, lambda _, rankings, kk: self.fuse(rankings, kk))
 
     def fuse(self, rankings: Sequence[Ranking], k: int) -> Ranking:
         """Fuse precomputed member rankings (one per member, same queries)."""

@@ -1,0 +1,633 @@
+"""FAISS indexes for dense retrieval at scale.
+
+Johnson, Douze & Jégou 2019 ("Billion-scale similarity search with GPUs")
+for FAISS.  Four pieces, all inner product over (normalised) embeddings:
+
+* :class:`EmbeddingShards` -- corpus embeddings as consecutive row blocks,
+  memory-mapped ``.npy`` shards read as needed (never one in-memory array);
+* :func:`flat_search` -- exact top-k over the shards, one block at a time,
+  merged with FAISS's result heap (what ``IndexFlatIP`` returns, without
+  copying the corpus into the index); ties go to the lower corpus row;
+* :func:`cached_index` -- any ``faiss.index_factory`` string (IVF: Jégou et
+  al. 2011 / Sivic & Zisserman 2003; PQ: Jégou, Douze & Schmid 2011; OPQ:
+  Ge et al. 2013; HNSW: Malkov & Yashunin 2018; SQ), trained on a seeded
+  sample of the embeddings, filled shard by shard, cached on disk (key: the
+  embeddings key, the factory string, the training sample and the FAISS
+  version), written atomically with its checksum in its name and
+  memory-mapped on load (``IO_FLAG_MMAP_IFC``); a damaged file is rebuilt;
+* :class:`PrebuiltIndex` -- a directory in Pyserini's dense-index layout
+  (``index`` = ``faiss.write_index`` output, ``docid`` = one document id a
+  line, as ``pyserini.search.faiss.FaissSearcher.load_index`` reads it), its
+  entries mapped to corpus rows by corpus id; Pyserini prebuilt index names
+  are downloaded by Pyserini's own ``download_prebuilt_index``.
+
+Search parameters (``nprobe`` for IVF, ``efSearch`` for HNSW, also an HNSW
+coarse quantizer's) are set through ``faiss.ParameterSpace``.  With
+``faiss-gpu`` installed and a CUDA device chosen, indexes FAISS can move are
+searched on the GPU (``index_cpu_to_gpu``; GPU FAISS searches at most
+``GPU_MAX_K`` results, deeper searches use the CPU copy).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from data.errors import UserError
+from data.io import atomic_path, cache_dir, file_lock, sha256_file, sha256_text, warn
+
+GPU_MAX_K = 2048  # largest k (and nprobe) FAISS GPU indexes search
+QUERY_BLOCK = 4096  # queries per exact-search block (FAISS's own BLAS query block)
+TRAIN_MIN = 65536  # default training sample: at least this many rows ...
+TRAIN_PER_LIST = 64  # ... and this many per IVF list (FAISS k-means wants >= 39)
+INDEX_SUFFIX = ".faiss"
+PYSERINI_INDEX = "index"
+PYSERINI_DOCID = "docid"
+EXACT_SPECS = {"flat", "Flat"}
+
+
+# --------------------------------------------------------------- embeddings
+class EmbeddingShards:
+    """Corpus embeddings ``[N, D]`` held as consecutive row blocks.
+
+    ``parts`` are float32 arrays (usually ``np.load(path, mmap_mode="r")``
+    views of cache shards), part ``i`` holding rows
+    ``offsets[i]:offsets[i + 1]``.  Nothing is concatenated: exact search reads
+    one block at a time and index building adds block by block, so a
+    1M x 384 corpus is never duplicated in memory.
+    """
+
+    def __init__(self, parts: Sequence[np.ndarray]):
+        self.parts = [p if p.dtype == np.float32 else p.astype(np.float32) for p in parts]
+        if not self.parts:
+            raise ValueError("EmbeddingShards needs at least one part")
+        dims = {p.shape[1] for p in self.parts if p.ndim == 2}
+        if len(dims) != 1 or any(p.ndim != 2 for p in self.parts):
+            raise ValueError(f"embedding shards must be 2-d with one width, got shapes {[p.shape for p in self.parts][:4]}")
+        self.dim = dims.pop()
+        self.offsets = np.concatenate([[0], np.cumsum([len(p) for p in self.parts])]).astype(np.int64)
+
+    @classmethod
+    def from_files(cls, paths: Sequence[str | os.PathLike]) -> "EmbeddingShards":
+        """Memory-map ``.npy`` shard files in row order (read-only; pages are read on use)."""
+        return cls([np.load(p, mmap_mode="r", allow_pickle=False) for p in paths])
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(p.nbytes for p in self.parts))
+
+    @property
+    def memory_mapped(self) -> bool:
+        return all(isinstance(p, np.memmap) for p in self.parts)
+
+    def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first row, block)`` per part, in row order."""
+        for lo, part in zip(self.offsets[:-1], self.parts):
+            if len(part):
+                yield int(lo), part
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The embeddings of ``rows`` (any order) as one new float32 array."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= len(self)):
+            raise IndexError(f"rows outside [0, {len(self)})")
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        part_of = np.searchsorted(self.offsets, rows, side="right") - 1
+        for i in np.unique(part_of):
+            sel = np.nonzero(part_of == i)[0]
+            out[sel] = self.parts[i][rows[sel] - self.offsets[i]]
+        return out
+
+    def to_array(self) -> np.ndarray:
+        """All rows as one in-memory array (for callers that want one; costs N x D x 4 bytes)."""
+        return np.concatenate([np.asarray(p) for p in self.parts], axis=0)
+
+
+# ------------------------------------------------------------- exact search
+def _ties_to_lower_row(scores: np.ndarray, ids: np.ndarray) -> None:
+    """In place: within runs of equal scores of each (descending) row, put lower ids first."""
+    if scores.shape[1] < 2:
+        return
+    tied = np.nonzero((scores[:, 1:] == scores[:, :-1]).any(axis=1))[0]
+    if not len(tied):
+        return
+    s, i = scores[tied], ids[tied]
+    order = np.lexsort((np.where(i >= 0, i, np.iinfo(np.int64).max), -s.astype(np.float64)), axis=1)
+    scores[tied] = np.take_along_axis(s, order, axis=1)
+    ids[tied] = np.take_along_axis(i, order, axis=1)
+
+
+def flat_search(shards: EmbeddingShards, queries: np.ndarray, k: int, query_block: int = QUERY_BLOCK):
+    """Exact inner-product top-``k`` over every shard: ``(scores [Q, k], ids [Q, k])``.
+
+    Each shard is searched with ``faiss.knn`` (no copy of the shard) and the
+    results merged into a ``faiss.ResultHeap``; the candidates of a block enter
+    the heap lower row first, so the result is the top-``k`` by (score
+    descending, corpus row ascending), as one ``IndexFlatIP`` over the whole
+    corpus keeps them.  Rows are padded with id -1 / score -inf when ``k``
+    exceeds the corpus.
+    """
+    import faiss
+
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    nq, n = len(queries), len(shards)
+    k_eff = min(int(k), n)
+    scores = np.full((nq, k), -np.inf, dtype=np.float32)
+    ids = np.full((nq, k), -1, dtype=np.int64)
+    for qlo in range(0, nq, query_block):
+        q = queries[qlo : qlo + query_block]
+        heap = faiss.ResultHeap(len(q), k_eff, keep_max=True)
+        for lo, block in shards.blocks():
+            kb = min(k_eff, len(block))
+            d, i = faiss.knn(q, _contiguous(block), kb, metric=faiss.METRIC_INNER_PRODUCT)
+            _ties_to_lower_row(d, i)
+            heap.add_result(d, np.where(i >= 0, i + lo, -1))
+        heap.finalize()
+        d, i = heap.D, heap.I
+        _ties_to_lower_row(d, i)
+        scores[qlo : qlo + len(q), :k_eff] = np.where(i >= 0, d, -np.inf)
+        ids[qlo : qlo + len(q), :k_eff] = i
+    return scores, ids
+
+
+def _contiguous(block: np.ndarray) -> np.ndarray:
+    """``block`` itself when FAISS can read it in place (C-contiguous float32; memmaps are)."""
+    if block.dtype == np.float32 and block.flags.c_contiguous:
+        return block
+    return np.ascontiguousarray(block, dtype=np.float32)
+
+
+# ---------------------------------------------------------- factory indexes
+def resolve_index_spec(spec: str, hnsw_m: int = 32) -> str | None:
+    """``None`` for exact search (``flat``), else the FAISS factory string (``hnsw`` -> ``HNSW<m>``)."""
+    text = str(spec or "flat").strip()
+    if text in EXACT_SPECS:
+        return None
+    if text.lower() == "hnsw":
+        return f"HNSW{int(hnsw_m)}"
+    return text
+
+
+def make_index(factory: str, dim: int):
+    """``faiss.index_factory(dim, factory, METRIC_INNER_PRODUCT)``; a bad string is a ``UserError``."""
+    import faiss
+
+    try:
+        return faiss.index_factory(int(dim), factory, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as e:
+        reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise UserError(
+            f"--dense-index {factory!r}: not a FAISS index factory string for {dim}-d vectors ({reason[-160:]}); "
+            "use flat, hnsw or e.g. IVF4096,PQ64 / HNSW32 / IVF1024,SQ8 / OPQ16,IVF256,PQ16"
+        ) from None
+
+
+def ivf_nlist(index) -> int:
+    """Inverted lists of the index's IVF part (0 when it has none)."""
+    import faiss
+
+    ivf = faiss.try_extract_index_ivf(index)
+    return int(ivf.nlist) if ivf is not None else 0
+
+
+def _hnsw_parts(index) -> tuple[bool, bool]:
+    """``(index has an HNSW graph, its IVF coarse quantizer is one)``."""
+    import faiss
+
+    inner = faiss.downcast_index(index)
+    while True:
+        if isinstance(inner, faiss.IndexPreTransform):
+            inner = faiss.downcast_index(inner.index)
+        elif isinstance(inner, faiss.IndexRefine):
+            inner = faiss.downcast_index(inner.base_index)
+        elif isinstance(inner, (faiss.IndexIDMap, faiss.IndexIDMap2)):
+            inner = faiss.downcast_index(inner.index)
+        else:
+            break
+    top = isinstance(inner, faiss.IndexHNSW)
+    ivf = faiss.try_extract_index_ivf(index)
+    quant = ivf is not None and isinstance(faiss.downcast_index(ivf.quantizer), faiss.IndexHNSW)
+    return top, quant
+
+
+def default_nprobe(nlist: int) -> int:
+    """IVF lists visited per query when ``--nprobe`` is not given: ``2 sqrt(nlist)`` (64 of 1024, 128 of 4096)."""
+    return max(1, min(int(nlist), int(round(2 * math.sqrt(nlist)))))
+
+
+def default_train_size(index, n: int) -> int:
+    """Training rows when none are asked for: ``max(65536, 64 x nlist)``, at most the corpus."""
+    return int(min(n, max(TRAIN_MIN, TRAIN_PER_LIST * ivf_nlist(index))))
+
+
+def train_rows(n: int, size: int, seed: int) -> np.ndarray:
+    """A seeded sample of ``size`` distinct rows of ``[0, n)``, ascending (all rows when ``size >= n``)."""
+    if size >= n:
+        return np.arange(n, dtype=np.int64)
+    rng = np.random.default_rng(int(seed))
+    return np.sort(rng.choice(n, size=int(size), replace=False)).astype(np.int64)
+
+
+def set_search_parameters(index, nprobe: int | None = None, ef_search: int | None = None, gpu: bool = False) -> dict:
+    """Set ``nprobe`` / ``efSearch`` where the index has them; returns what was set.
+
+    ``nprobe=None`` uses :func:`default_nprobe`; ``ef_search`` applies to an
+    HNSW index and to an HNSW coarse quantizer.  ``nprobe`` on an index
+    without inverted lists is ignored with a warning.
+    """
+    import faiss
+
+    space = faiss.GpuParameterSpace() if gpu else faiss.ParameterSpace()
+    nlist = ivf_nlist(index) if not gpu else int(getattr(faiss.try_extract_index_ivf(index), "nlist", 0) or 0)
+    applied: dict = {}
+    if nlist:
+        value = default_nprobe(nlist) if nprobe is None else int(nprobe)
+        if value < 1:
+            raise UserError(f"--nprobe {value}: must be >= 1")
+        value = min(value, nlist, GPU_MAX_K if gpu else nlist)
+        space.set_index_parameter(index, "nprobe", value)
+        applied["nprobe"] = value
+    elif nprobe is not None:
+        warn(f"--nprobe {nprobe}: this index has no inverted lists (IVF); ignored")
+    if ef_search is not None and not gpu:
+        top, quant = _hnsw_parts(index)
+        if int(ef_search) < 1:
+            raise UserError(f"--ef-search {ef_search}: must be >= 1")
+        if top:
+            space.set_index_parameter(index, "efSearch", int(ef_search))
+            applied["efSearch"] = int(ef_search)
+        if quant:
+            space.set_index_parameter(index, "quantizer_efSearch", int(ef_search))
+            applied["quantizer_efSearch"] = int(ef_search)
+    return applied
+
+
+def build_index(factory: str, shards: EmbeddingShards, train_size: int | None = None, seed: int = 0):
+    """A trained and filled factory index; ``(index, info)``.
+
+    Training uses :func:`train_rows` (``train_size`` rows, default
+    :func:`default_train_size`, seeded); vectors are added shard by shard.
+    """
+    index = make_index(factory, shards.dim)
+    n = len(shards)
+    info: dict = {"factory": factory, "ntotal": n, "dim": shards.dim}
+    if not index.is_trained:
+        size = int(train_size) if train_size else default_train_size(index, n)
+        if size < 1:
+            raise UserError(f"--dense-train-sample {train_size}: must be >= 1")
+        rows = train_rows(n, size, seed)
+        nlist = ivf_nlist(index)
+        if nlist > len(rows):
+            raise UserError(
+                f"--dense-index {factory!r}: {nlist} inverted lists need at least {nlist} training vectors; "
+                f"the corpus/sample has {len(rows)} (use fewer lists, e.g. IVF{max(1, len(rows) // 64)})"
+            )
+        sample = shards.take(rows)
+        try:
+            index.train(sample)
+        except RuntimeError as e:
+            raise UserError(f"--dense-index {factory!r}: FAISS could not train it on {len(rows)} vectors "
+                            f"({str(e).strip().splitlines()[-1][-160:]})") from None
+        del sample
+        info.update(train_rows=int(len(rows)), train_seed=int(seed) if len(rows) < n else None)
+    with _progress(total=n, desc=f"fill {factory}", unit="vec", leave=False) as bar:
+        for _, block in shards.blocks():
+            index.add(_contiguous(block))
+            bar.update(len(block))
+    return index, info
+
+
+def _progress(**kw):
+    try:
+        from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
+    except ImportError:
+        from tqdm.auto import tqdm
+    return tqdm(**kw)
+
+
+def index_cache_key(embeddings_key: str, factory: str, train_size: int | None, seed: int, n: int) -> str:
+    """Key of a cached factory index: embeddings, factory string, training sample, FAISS version."""
+    import faiss
+
+    train = "all" if train_size is not None and train_size >= n else f"{train_size or 'auto'}@{seed}"
+    return sha256_text("faiss-index-v1", embeddings_key, factory, train, faiss.__version__)[:24]
+
+
+def read_index(path: str | os.PathLike, mmap: bool = True):
+    """``faiss.read_index`` memory-mapped (``IO_FLAG_MMAP_IFC``) when FAISS can, else read into memory."""
+    import faiss
+
+    if mmap and hasattr(faiss, "IO_FLAG_MMAP_IFC"):
+        try:
+            return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
+        except RuntimeError:
+            pass  # an index type this FAISS cannot map: read it
+    return faiss.read_index(str(path))
+
+
+def cached_index(
+    factory: str,
+    shards: EmbeddingShards,
+    embeddings_key: str | None,
+    train_size: int | None = None,
+    seed: int = 0,
+    directory: str | os.PathLike | None = None,
+):
+    """A trained, filled factory index: loaded from the cache or built and cached; ``(index, info)``.
+
+    The file is ``<cache>/faiss-index/<key>/index.<sha256, 16 hex>.faiss``
+    (see :func:`index_cache_key`), written atomically under a file lock and
+    memory-mapped on load; one whose bytes do not match its name, or that
+    FAISS cannot read, is removed with a ``warning:`` line and rebuilt.
+    ``embeddings_key=None`` builds without caching.
+    """
+    if embeddings_key is None:
+        index, info = build_index(factory, shards, train_size, seed)
+        return index, {**info, "cache": "off"}
+    key = index_cache_key(embeddings_key, factory, train_size, seed, len(shards))
+    folder = Path(directory) if directory else cache_dir("faiss-index", key)
+    with file_lock(folder / ".lock"):
+        for tmp in folder.glob(".*.tmp"):  # left by a killed writer
+            tmp.unlink(missing_ok=True)
+        for path in sorted(folder.glob("index.*" + INDEX_SUFFIX)):
+            index = _load_checked(path)
+            if index is not None and index.ntotal == len(shards) and index.d == shards.dim:
+                meta = _read_meta(folder)
+                return index, {**meta, "cache": "loaded", "path": str(path)}
+            if index is not None:
+                warn(f"{path}: cached FAISS index holds {index.ntotal} x {index.d} vectors, not {len(shards)} x {shards.dim}; rebuilt")
+                path.unlink(missing_ok=True)
+        index, info = build_index(factory, shards, train_size, seed)
+        info = {**info, "faiss": _faiss_version(), "key": key}
+        path = _write_index(index, folder)
+        with atomic_path(folder / "meta.json") as tmp:
+            tmp.write_text(json.dumps(info, sort_keys=True) + "\n", encoding="utf-8")
+        del index
+        index = read_index(path)  # serve the memory-mapped file, as a later run will
+        return index, {**info, "cache": "built", "path": str(path)}
+
+
+def _faiss_version() -> str:
+    import faiss
+
+    return faiss.__version__
+
+
+def _write_index(index, folder: Path) -> Path:
+    import faiss
+
+    fd_tmp = folder / ".index.writing.tmp"
+    with atomic_path(fd_tmp) as tmp:
+        faiss.write_index(index, str(tmp))
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+    digest = sha256_file(fd_tmp)[:16]
+    path = folder / f"index.{digest}{INDEX_SUFFIX}"
+    os.replace(fd_tmp, path)
+    for old in folder.glob("index.*" + INDEX_SUFFIX):
+        if old != path:
+            old.unlink(missing_ok=True)
+    return path
+
+
+def _load_checked(path: Path):
+    """The index at ``path`` when its bytes match the checksum in its name, else ``None`` (removed, warned)."""
+    digest = path.name[len("index.") : -len(INDEX_SUFFIX)]
+    try:
+        ok = len(digest) == 16 and sha256_file(path)[:16] == digest
+    except OSError:
+        ok = False
+    if ok:
+        try:
+            return read_index(path)
+        except RuntimeError:
+            ok = False
+    warn(f"{path}: cached FAISS index is damaged (checksum or format); removed and rebuilt")
+    path.unlink(missing_ok=True)
+    return None
+
+
+def _read_meta(folder: Path) -> dict:
+    try:
+        return json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def index_bytes(index) -> int:
+    """Bytes of the serialized index (its size in memory or in its file); serializes a copy, so small indexes only."""
+    import faiss
+
+    return int(faiss.serialize_index(index).nbytes)
+
+
+# ------------------------------------------------------------------- GPU
+def to_gpu(index, device: str):
+    """``(index, resources)``: ``index`` on the GPU when faiss-gpu is installed and ``device`` is CUDA.
+
+    ``resources`` (a ``StandardGpuResources`` that must outlive the GPU index)
+    is ``None`` when the index stays on the CPU: faiss-cpu, ``--device cpu``,
+    no GPU visible to FAISS, or an index type GPU FAISS does not have (HNSW;
+    said in a ``warning:`` line).  Not exercised by the tests (no GPU here).
+    """
+    import faiss
+
+    if not hasattr(faiss, "StandardGpuResources") or not str(device).startswith("cuda") or faiss.get_num_gpus() < 1:
+        return index, None
+    gpu = int(str(device).split(":")[1]) if ":" in str(device) else 0
+    resources = faiss.StandardGpuResources()
+    try:
+        return faiss.index_cpu_to_gpu(resources, gpu, index), resources
+    except RuntimeError as e:
+        warn(f"FAISS index stays on the CPU: GPU FAISS cannot hold it ({str(e).strip().splitlines()[-1][-120:]})")
+        return index, None
+
+
+# --------------------------------------------------------------- searchers
+@dataclass
+class FlatSearcher:
+    """Exact search over embedding shards (:func:`flat_search`), or a GPU flat index filled from them."""
+
+    shards: EmbeddingShards
+    device: str = "cpu"
+    gpu_index: object = None
+    resources: object = None
+
+    def __post_init__(self):
+        import faiss
+
+        index, self.resources = to_gpu(faiss.IndexFlatIP(self.shards.dim), self.device)
+        if self.resources is not None:
+            for _, block in self.shards.blocks():
+                index.add(_contiguous(block))
+            self.gpu_index = index
+
+    def search(self, queries: np.ndarray, k: int):
+        if self.gpu_index is not None and k <= GPU_MAX_K:
+            d, i = self.gpu_index.search(np.ascontiguousarray(queries, dtype=np.float32), min(k, len(self.shards)))
+            return _pad(d, i, k)
+        return flat_search(self.shards, queries, k)
+
+    def info(self) -> dict:
+        return {"factory": "flat", "ntotal": len(self.shards), "dim": self.shards.dim, "memory_mapped": self.shards.memory_mapped,
+                "gpu": self.gpu_index is not None}
+
+
+@dataclass
+class IndexSearcher:
+    """Search a FAISS index with its search parameters set (GPU copy when available)."""
+
+    index: object
+    nprobe: int | None = None
+    ef_search: int | None = None
+    device: str = "cpu"
+    rows: np.ndarray | None = None  # index position -> corpus row (-1: not in the corpus); None: identity
+    params: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.params = set_search_parameters(self.index, self.nprobe, self.ef_search)
+        self.gpu_index, self.resources = to_gpu(self.index, self.device)
+        if self.resources is None:
+            self.gpu_index = None
+        else:
+            set_search_parameters(self.gpu_index, self.nprobe, None, gpu=True)
+        self.selector = None
+        if self.rows is not None:
+            mapped = np.nonzero(self.rows >= 0)[0]
+            if len(mapped) < len(self.rows):
+                self.selector = _search_params(self.index, mapped, self.params)
+
+    @property
+    def searchable(self) -> int:
+        """Vectors a search can return (those mapped to corpus rows)."""
+        return int(self.index.ntotal if self.rows is None else (self.rows >= 0).sum())
+
+    def search(self, queries: np.ndarray, k: int):
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        k_eff = max(1, min(int(k), self.searchable))
+        if self.selector is not None:
+            d, i = self.index.search(q, k_eff, params=self.selector)
+        elif self.gpu_index is not None and k_eff <= GPU_MAX_K:
+            d, i = self.gpu_index.search(q, k_eff)
+        else:
+            d, i = self.index.search(q, k_eff)
+        if self.rows is not None:
+            i = np.where(i >= 0, self.rows[np.maximum(i, 0)], -1)
+        d = np.where(i >= 0, d, -np.inf).astype(np.float32)
+        _ties_to_lower_row(d, i)
+        return _pad(d, i, k)
+
+    def info(self) -> dict:
+        return {"ntotal": int(self.index.ntotal), "dim": int(self.index.d), "params": self.params,
+                "gpu": self.gpu_index is not None}
+
+
+def _pad(d: np.ndarray, i: np.ndarray, k: int):
+    if d.shape[1] >= k:
+        return d[:, :k], i[:, :k]
+    pad = k - d.shape[1]
+    return (np.pad(d, ((0, 0), (0, pad)), constant_values=-np.inf),
+            np.pad(i, ((0, 0), (0, pad)), constant_values=-1))
+
+
+def _search_params(index, positions: np.ndarray, applied: dict):
+    """``SearchParameters`` restricting a search to ``positions`` (the vectors of this corpus)."""
+    import faiss
+
+    sel = faiss.IDSelectorBatch(positions.astype(np.int64))
+    inner = faiss.downcast_index(index)
+    if isinstance(inner, faiss.IndexIVF):
+        params = faiss.SearchParametersIVF(sel=sel, nprobe=int(applied.get("nprobe", inner.nprobe)))
+    elif isinstance(inner, faiss.IndexHNSW):
+        params = faiss.SearchParametersHNSW(sel=sel, efSearch=int(applied.get("efSearch", inner.hnsw.efSearch)))
+    elif isinstance(inner, faiss.IndexFlatCodes):
+        params = faiss.SearchParameters(sel=sel)
+    else:
+        raise UserError(
+            f"prebuilt index of type {type(inner).__name__}: its ids cannot be restricted to this corpus; "
+            "give a corpus that holds every document of the index"
+        )
+    params._selector = sel  # keep the selector alive as long as the parameters
+    return params
+
+
+# --------------------------------------------------------- prebuilt (Pyserini)
+@dataclass
+class PrebuiltIndex:
+    """A FAISS index directory in Pyserini's dense layout, its entries mapped to corpus rows."""
+
+    path: Path
+    index: object
+    rows: np.ndarray  # int64 [ntotal]: corpus row of index entry i, -1 when the corpus lacks its docid
+    missing_rows: int  # corpus rows without a vector in the index
+
+    @classmethod
+    def open(cls, spec: str | os.PathLike, corpus_ids: Sequence[str]) -> "PrebuiltIndex":
+        path = resolve_prebuilt(spec)
+        index = read_index(path / PYSERINI_INDEX)
+        docids = read_docids(path / PYSERINI_DOCID)
+        if len(docids) != index.ntotal:
+            raise UserError(f"{path / PYSERINI_DOCID}: {len(docids)} docids for the {index.ntotal} vectors of {path / PYSERINI_INDEX}")
+        rows = docid_rows(docids, corpus_ids)
+        mapped = rows[rows >= 0]
+        if not len(mapped):
+            raise UserError(f"{path}: none of its {len(docids)} docids is a corpus id (e.g. {docids[0].decode(errors='replace')!r})")
+        missing = len(corpus_ids) - len(np.unique(mapped))
+        if missing:
+            warn(f"{path}: {missing} of {len(corpus_ids)} corpus rows have no vector in the prebuilt index; they are never retrieved")
+        return cls(path=path, index=index, rows=rows, missing_rows=int(missing))
+
+
+def resolve_prebuilt(spec: str | os.PathLike) -> Path:
+    """A local directory with ``index`` + ``docid``, or a Pyserini prebuilt dense index name (downloaded by Pyserini)."""
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        for name in (PYSERINI_INDEX, PYSERINI_DOCID):
+            if not (path / name).is_file():
+                raise UserError(f"{path}: not a Pyserini dense index directory (no {name!r} file; expected 'index' and 'docid')")
+        return path
+    if os.sep in str(spec) or str(spec).startswith("."):
+        raise UserError(f"{spec}: no such index directory")
+    from retrievers.java import ensure_jvm
+
+    ensure_jvm()  # pyserini.util loads Anserini classes
+    from pyserini.prebuilt_index_info import FAISS_INDEX_INFO
+    from pyserini.util import download_prebuilt_index
+
+    if str(spec) not in FAISS_INDEX_INFO:
+        raise UserError(f"--dense-index-dir {spec!r}: neither a directory nor a Pyserini prebuilt dense index name "
+                        f"(e.g. {next(iter(FAISS_INDEX_INFO), 'wikipedia-dpr-100w.dpr-multi')})")
+    try:
+        return Path(download_prebuilt_index(str(spec)))
+    except Exception as e:  # offline, checksum mismatch
+        raise UserError(f"--dense-index-dir {spec!r}: Pyserini could not fetch it ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+
+
+def read_docids(path: str | os.PathLike) -> np.ndarray:
+    """Docids, one a line, right-stripped as Pyserini's ``load_docids`` does; a bytes array (no Python object per id kept)."""
+    data = Path(path).read_bytes()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = np.array([line.rstrip() for line in lines], dtype=bytes)
+    return out if out.dtype.kind == "S" else out.astype("S1")
+
+
+def docid_rows(docids: np.ndarray, corpus_ids: Sequence[str]) -> np.ndarray:
+    """int64 [len(docids)]: the corpus row of each docid (its first row when ids repeat), -1 when absent."""
+    cids = np.char.encode(np.asarray(list(corpus_ids), dtype=str), "utf-8") if len(corpus_ids) else np.array([], dtype="S1")
+    order = np.argsort(cids, kind="stable")
+    srt = cids[order]
+    pos = np.searchsorted(srt, docids, side="left")
+    pos_c = np.minimum(pos, max(len(srt) - 1, 0))
+    hit = (pos < len(srt)) & (srt[pos_c] == docids) if len(srt) else np.zeros(len(docids), dtype=bool)
+    return np.where(hit, order[pos_c], -1).astype(np.int64)
