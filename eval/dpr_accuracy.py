@@ -60,6 +60,13 @@ def simple_tokens(text: str) -> list[str]:
     return [t.lower() for t in _token_regex().findall(unicodedata.normalize("NFD", text))]
 
 
+def _folded(text: str) -> str:
+    # the prefilter's view of a text: NFD, lower-cased, final sigma folded (str.lower() maps a
+    # capital sigma by its context; nothing else in it is context-dependent), so every lower-cased
+    # token of the text is a substring of it
+    return unicodedata.normalize("NFD", text).lower().replace("\u03c2", "\u03c3")
+
+
 def _joined(text: str) -> str:
     # lower() of the joined tokens equals joining the lower-cased tokens: the separator is neither
     # cased nor case-ignorable, so each token's case mapping (final sigma included) is unchanged
@@ -83,11 +90,17 @@ class AnswerMatcher:
                     continue  # the reference treats a bad pattern as no match
         else:
             self.needles = []
+            self.parts = []  # per answer: its folded tokens, each of which must occur in a matching text
             for a in answers:
                 tokens = _token_regex().findall(unicodedata.normalize("NFD", a))
                 if not tokens:
                     self.always = True  # zero answer tokens match at position 0 of any passage
                 self.needles.append(_SEP + _SEP.join(tokens).lower() + _SEP)
+                self.parts.append(sorted({t.lower().replace("\u03c2", "\u03c3") for t in tokens}, key=len, reverse=True))
+
+    def may_match(self, folded: str) -> bool:
+        """Exact prefilter on :func:`_folded` text: False only when no answer can match."""
+        return self.always or any(all(t in folded for t in part) for part in self.parts)
 
     def __call__(self, text: str) -> bool:
         if self.match == "regex":
@@ -95,7 +108,7 @@ class AnswerMatcher:
             return any(p.search(norm) is not None for p in self.patterns)
         if self.always:
             return True
-        if not self.needles:
+        if not self.needles or not self.may_match(_folded(text)):
             return False
         hay = _joined(text)
         return any(n in hay for n in self.needles)
@@ -134,7 +147,8 @@ def has_answer_matrix(
         uniq, inverse = np.unique(part[valid], return_inverse=True)
         texts = list(fetch(uniq)) if uniq.size else []
         if match == "string":
-            prepared = [_joined(t) for t in texts]  # tokenize each row once per block
+            folded = [_folded(t) for t in texts]  # cheap substring prefilter per row
+            joined: dict[int, str] = {}  # rows tokenized (once per block) when a prefilter passes
         pos = np.full(part.shape, -1, dtype=np.int64)
         pos[valid] = inverse
         for q in range(hi - lo):
@@ -146,7 +160,12 @@ def has_answer_matrix(
                     continue
                 needles = matcher.needles
                 for j in cols:
-                    hay = prepared[pos[q, j]]
+                    r = pos[q, j]
+                    if not matcher.may_match(folded[r]):
+                        continue
+                    hay = joined.get(r)
+                    if hay is None:
+                        hay = joined[r] = _joined(texts[r])
                     if any(n in hay for n in needles):
                         out[lo + q, j] = True
             else:
