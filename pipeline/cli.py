@@ -101,10 +101,15 @@ def add_reader_options(group) -> None:
     group.add_argument("--max-length", type=int, default=384)
     group.add_argument("--stride", type=int, default=128)
     group.add_argument("--max-answer-tokens", type=int, default=30)
-    group.add_argument("--reader-batch-size", type=int, default=32, help="most windows per forward pass (halved on CUDA out-of-memory)")
-    group.add_argument("--reader-token-budget", type=int, help="also cap windows x padded length per forward pass")
+    group.add_argument("--reader-batch-size", type=int, default=None,
+                       help="most windows per forward pass (default: 64 on CUDA, 64 on the CPU under the token budget; "
+                            "halved on CUDA out-of-memory)")
+    group.add_argument("--reader-token-budget", type=int,
+                       help="cap windows x padded length per forward pass (default: 1024 on the CPU, none on CUDA)")
+    group.add_argument("--reader-compile", action="store_true",
+                       help="run the reader through torch.compile (about 1.1x faster reading after a compile of ~25 CPU-seconds)")
     group.add_argument("--reader-dtype", default="auto", choices=READER_DTYPES,
-                       help="reader precision: auto (bf16/fp16 autocast on CUDA, float32 on CPU), float32, "
+                       help="reader precision: auto (bf16/fp16 autocast on CUDA; on the CPU bf16 where it has native bf16, else float32), float32, "
                             "bfloat16 (autocast; fast on CPUs with native bf16), float16")
     group.add_argument("--mu", type=float, default=1.0, help="BERTserini interpolation: (1-mu)*retriever + mu*reader")
     group.add_argument("--read-cache", help="directory of cached reads (default: <out>/reads)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ def make_reader(args):
         max_batch_tokens=getattr(args, "reader_token_budget", None),
         device=args.device,
         dtype=getattr(args, "reader_dtype", "auto"),
+        compile=bool(getattr(args, "reader_compile", False)),
         num_threads=getattr(args, "threads", None),
         pairs_per_chunk=default_shard_rows(),
     )
@@ -103,6 +105,7 @@ def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer
     if "bert_f1" in wanted:
         wanted.remove("bert_f1")
         bertscore = {"model": args.bertscore_model, "num_layers": args.bertscore_layers,
+                     "rescale": bool(getattr(args, "bertscore_rescale", False)), "language": queries.language,
                      "device": None if args.device == "auto" else args.device}
     with timer("answer_metrics"):
         scores = answer_metrics(answers, qs.answers, language=queries.language, metrics=tuple(wanted), bertscore=bertscore)
@@ -126,7 +129,11 @@ def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer
                  "answer_recall": recall.astype(np.float64), "n": n.astype(np.int64), "error": split["kind"]}
     metric_info = getattr(scores, "info", {}) or {}
     if "bert_f1" in metric_info:
-        summary["bert_f1_info"] = metric_info["bert_f1"]
+        bert_info = dict(metric_info["bert_f1"])
+        info["bert_f1_pairs"] = {"scored": bert_info.pop("pairs_scored", None), "cached": bert_info.pop("pairs_cached", None)}
+        summary["bert_f1_info"] = bert_info  # model, layer, rescaling, versions: what produced the number
+        if bert_info.get("note"):
+            print(f"note: {bert_info['note']}", file=sys.stderr)
     predictions = {qs.question_ids[q]: answers[q] for q in range(len(rows))}
     write_json(stage / "predictions.json", predictions)
     details = []
@@ -144,6 +151,11 @@ def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer
                 "answer_in_passages": bool(recall[q]),
                 "gold": qs.answers[q],
                 **{name: (None if np.isnan(v[q]) else float(v[q])) for name, v in scores.items()},
+                "error": split["kind"][q],
+                # what was read, in rank order (pipeline.report shows it): text, retriever score, the reader's span
+                "read": [{"rank": j + 1, "text": selected.texts[q][j], "retriever_score": float(selected.retriever_scores[q, j]),
+                          "span": reads.texts[q][j], "reader_score": float(reads.scores[q, j]),
+                          "answer_bearing": bool(bearing[q, j])} for j in range(int(n[q]))],
             }
         )
     write_jsonl(stage / "details.jsonl", details)

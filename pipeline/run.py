@@ -74,9 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--selector", default="top:5", help="top:N, threshold:THETA[,TAU], ordinal[:TAU], oracle")
     g.add_argument("--read-unit", default="sentence", choices=["sentence", "paragraph"])
     add_reader_options(g)
-    g.add_argument("--metrics", default="em,f1,rouge_l,meteor", help="answer metrics (add bert_f1 for BERTScore)")
-    g.add_argument("--bertscore-model", help="BERTScore model name or path (default roberta-large)")
+    g.add_argument("--metrics", default="em,f1,rouge_l,meteor,bert_f1", help="answer metrics (em, f1, rouge_l, meteor, bert_f1)")
+    g.add_argument("--bertscore-model", help="BERTScore model name or path (default roberta-large for English, "
+                                             "bert-score's multilingual default otherwise; offline: all-MiniLM-L6-v2)")
     g.add_argument("--bertscore-layers", type=int, help="BERTScore layer")
+    g.add_argument("--bertscore-rescale", action="store_true", help="rescale BERT-F1 with bert-score's baseline for the model")
     g = p.add_argument_group("run")
     g.add_argument("--out", help="output directory (default: a new directory under runs/)")
     g.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
