@@ -16,6 +16,12 @@ if ! command -v javac >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless >/dev/null) \
     || echo "install.sh: could not install openjdk-17-jdk-headless (BM25 will use Pyserini's batch_search)" >&2
 fi
+# - test dependency: Debian's chromium renders pipeline.report's HTML headless in tests/test_report.py
+#   (the test skips with a message without it)
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+    || echo "install.sh: could not install chromium (tests/test_report.py will skip)" >&2
+fi
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   "$PY" -m pip install -q "torch==2.13.0"
 fi

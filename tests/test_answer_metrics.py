@@ -297,6 +297,32 @@ def test_bert_f1_default_model_offline_says_what_to_pass(monkeypatch):
         pytest.skip("roberta-large is in the local model cache")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(UserError) as err:
-        bert_f1(["a"], [["b"]])
+        bert_f1(["a"], [["b"]], fallback=False)
     message = str(err.value)
     assert "\n" not in message and "--bertscore-model PATH --bertscore-layers L" in message
+    # by default the offline fallback scores instead, and says its numbers are not roberta-large's
+    from eval.bertscore import FALLBACK_LAYER, fallback_model
+
+    scores, info = bert_f1(["Denver Broncos", "Paris"], [["the Denver Broncos"], ["Denver Broncos"]], cache=False)
+    assert info["fallback"] and info["model"] == fallback_model()[0] and info["num_layers"] == FALLBACK_LAYER
+    assert "not comparable with roberta-large" in info["note"] and info["rescale_with_baseline"] is False
+    explicit, _ = bert_f1(["Denver Broncos", "Paris"], [["the Denver Broncos"], ["Denver Broncos"]],
+                          model=fallback_model()[0], num_layers=FALLBACK_LAYER, cache=False)
+    np.testing.assert_allclose(scores, explicit)
+    assert scores[0] > scores[1]
+
+
+def test_bert_f1_cache_scores_each_distinct_pair_once(minilm_path, tmp_path):
+    from eval.bertscore import bert_f1
+
+    preds = ["Denver Broncos", "Denver Broncos", "Carolina", ""]
+    refs = [["Denver Broncos"], ["Denver Broncos"], ["Carolina Panthers"], ["x"]]
+    first, info = bert_f1(preds, refs, model=minilm_path, num_layers=4, cache=tmp_path)
+    assert (info["pairs_scored"], info["pairs_cached"]) == (2, 0)  # two distinct non-empty pairs
+    again, info = bert_f1(preds[:3] + ["Panthers"], refs, model=minilm_path, num_layers=4, cache=tmp_path)
+    assert (info["pairs_scored"], info["pairs_cached"]) == (1, 2)
+    np.testing.assert_allclose(again[:3], first[:3])
+    fresh, _ = bert_f1(preds, refs, model=minilm_path, num_layers=4, cache=False)
+    np.testing.assert_allclose(first, fresh)
+    with pytest.raises(UserError, match="no rescaling baseline"):
+        bert_f1(["a"], [["b"]], model=minilm_path, num_layers=4, rescale=True)
