@@ -194,6 +194,25 @@ def test_plugin_encoder_from_the_command_line(tmp_path):
     assert proc.returncode == 2 and len(errors) == 1 and "no-such-encoder" in errors[0]
 
 
+def test_prompt_flags_and_member_options_reach_the_manifest(tmp_path):
+    path = st_model_dir(tmp_path, "e5like", {"query": "query: ", "document": "passage: "})
+    squad = json.loads((ROOT / ".." / "shared" / "data" / "xquad" / "xquad.en.json").read_text(encoding="utf-8"))
+    squad["data"] = squad["data"][:1]
+    data_file = tmp_path / "xquad_en_tiny.json"
+    data_file.write_text(json.dumps(squad), encoding="utf-8")
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "pipeline.run", "--dataset", f"squad_file:{data_file}", "--device", "cpu",
+                           "--retriever", f"fuse-zscore:bm25+dense:{path}[passage_prompt=]", "--query-prompt", "question: ",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, QA_CACHE_DIR=str(tmp_path / "cache")))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    (enc,) = manifest["encoders"]
+    assert (enc["query_prompt"], enc["query_prompt_source"]) == ("question: ", "literal")  # the flag
+    assert (enc["passage_prompt"], enc["passage_prompt_source"]) == ("", "none")  # the member's own option
+    assert manifest["config"]["query_prompt"] == "question: "
+
+
 # --------------------------------------------------------- offline extras
 THAI_QUERIES = ["ใครเป็นนายกรัฐมนตรีคนแรกของประเทศไทย", "แมวชอบกินอะไร"]
 THAI_PASSAGES = ["พระยามโนปกรณ์นิติธาดาเป็นนายกรัฐมนตรีคนแรกของประเทศไทย", "แมวชอบกินปลาและนม", "ฝนตกหนักที่กรุงเทพมหานครเมื่อวานนี้"]
