@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--reader", required=False, help="QA checkpoint path or alias (required)")
     g.add_argument("--n", default="1-20", help="passages read: N or A-B; every n in 1..B is scored, rows for A..B are written")
     g.add_argument("--read-unit", default="sentence", choices=["sentence", "paragraph"], help="what a passage is (squad_open: both are the paragraph)")
+    g.add_argument("--metrics", default="em,f1,bert_f1", help="em and f1 always; bert_f1 (default) adds BERT-F1 per n and selector")
+    g.add_argument("--bertscore-model", help="BERTScore model (default as pipeline.run: roberta-large, offline all-MiniLM-L6-v2)")
+    g.add_argument("--bertscore-layers", type=int, help="BERTScore layer")
+    g.add_argument("--bertscore-rescale", action="store_true", help="rescale BERT-F1 with bert-score's baseline")
     add_reader_options(g)
     g = p.add_argument_group("selectors")
     g.add_argument("--thetas", default=DEFAULT_THETAS, help="threshold θ grid: START:STOP:STEP or a list (default 0.5:0.95:0.05)")
@@ -176,6 +180,7 @@ class LevelResult:
     systems: list[str]  # selector specs
     sys_n: np.ndarray  # int [Q, M]: n each selector read
     info: dict = field(default_factory=dict)
+    bert_f1: np.ndarray | None = None  # [Q, N] BERT-F1 of the answer read from the top n (--metrics bert_f1)
 
     @property
     def sys_em(self) -> np.ndarray:
@@ -258,7 +263,8 @@ def selector_systems(thetas: list[float], tau: int, ordinal) -> list:
 
 
 def evaluate_level(
-    level, ranking, reader, cache, n_max: int, selectors: list, unit: str = "sentence", mu: float = 1.0
+    level, ranking, reader, cache, n_max: int, selectors: list, unit: str = "sentence", mu: float = 1.0,
+    bertscore: dict | None = None,
 ) -> LevelResult:
     """Read the top ``n_max`` once and score every n and every selector on those reads."""
     from pipeline import stages
@@ -273,7 +279,8 @@ def evaluate_level(
     reads = stages.read_top(reader, qs.texts, passages, cache=cache)
     t_read = time.perf_counter() - t0
     t0 = time.perf_counter()
-    em, f1, _ = score_every_n(reads, passages, qs.answers, queries.language, mu)
+    em, f1, chosen = score_every_n(reads, passages, qs.answers, queries.language, mu)
+    bert, bert_info = (None, None) if bertscore is None else bert_f1_every_n(reads, chosen, qs.answers, bertscore)
     first_rel = stages.first_true(bearing, none=n_max)
     real = np.maximum((passages.keys >= 0).sum(axis=1), 1)
     sys_n = np.zeros((len(rows), len(selectors)), dtype=np.int64)
@@ -289,7 +296,23 @@ def evaluate_level(
         "read_s": round(t_read, 3),
         "score_s": round(t_score, 3),
     }
-    return LevelResult(em, f1, bearing, hits, [s.spec for s in selectors], sys_n, info)
+    if bert_info is not None:
+        info["bert_f1"] = bert_info
+    return LevelResult(em, f1, bearing, hits, [s.spec for s in selectors], sys_n, info, bert)
+
+
+def bert_f1_every_n(reads, chosen: np.ndarray, golds, bertscore: dict) -> tuple[np.ndarray, dict]:
+    """BERT-F1 ``[Q, N]`` of the answer chosen for every n: each distinct (question, passage) answer scored once
+    (and, through ``eval.bertscore``'s pair cache, once across sizes, seeds and reruns)."""
+    from eval.bertscore import bert_f1
+
+    cells = [(q, int(c)) for q in range(chosen.shape[0]) for c in np.unique(chosen[q]) if c >= 0]
+    values, info = bert_f1([reads.texts[q][c] for q, c in cells], [golds[q] for q, _ in cells], **bertscore)
+    lookup = dict(zip(cells, values))
+    out = np.full(chosen.shape, np.nan, dtype=np.float32)
+    for q in range(chosen.shape[0]):
+        out[q] = [lookup.get((q, int(c)), np.nan) for c in chosen[q]]
+    return out, info
 
 
 def fit_ordinal(train_level, retriever, tau: int, unit: str, depth: int):
@@ -347,11 +370,12 @@ def save_level(out: Path, size: int, seed: int, result: LevelResult, meta: dict)
     npz, js = _level_paths(out, size, seed)
     with atomic_path(npz) as tmp:
         with open(tmp, "wb") as f:
-            np.savez_compressed(f, em=result.em, f1=result.f1, bearing=result.bearing, gold_hit=result.gold_hit, sys_n=result.sys_n)
+            extra = {} if result.bert_f1 is None else {"bert_f1": result.bert_f1}
+            np.savez_compressed(f, em=result.em, f1=result.f1, bearing=result.bearing, gold_hit=result.gold_hit, sys_n=result.sys_n, **extra)
     write_json(js, {**meta, "systems": result.systems, "info": result.info})
 
 
-def load_level(out: Path, size: int, seed: int, fingerprints: Sequence[str]) -> LevelResult | None:
+def load_level(out: Path, size: int, seed: int, fingerprints: Sequence[str], need_bert_f1: bool = False) -> LevelResult | None:
     """The saved result of a level if it was made by the same configuration, else None.
 
     ``fingerprints``: the current fingerprint first, then older forms of it; a level saved under an
@@ -366,13 +390,17 @@ def load_level(out: Path, size: int, seed: int, fingerprints: Sequence[str]) -> 
             return None
         with np.load(npz, allow_pickle=False) as z:
             arrays = {k: z[k] for k in ("em", "f1", "bearing", "gold_hit", "sys_n")}
+            arrays["bert_f1"] = z["bert_f1"] if "bert_f1" in z.files else None
+        if need_bert_f1 and arrays["bert_f1"] is None:
+            return None  # saved before BERT-F1 was scored: redo it (its reads come from the read cache)
         if meta["fingerprint"] != fingerprints[0]:
             write_json(js, {**meta, "fingerprint": fingerprints[0]})
     except (OSError, ValueError, KeyError):
         return None
     info = dict(meta.get("info", {}))
     info["resumed"] = True
-    return LevelResult(arrays["em"], arrays["f1"], arrays["bearing"], arrays["gold_hit"], list(meta["systems"]), arrays["sys_n"], info)
+    return LevelResult(arrays["em"], arrays["f1"], arrays["bearing"], arrays["gold_hit"], list(meta["systems"]), arrays["sys_n"], info,
+                       arrays["bert_f1"])
 
 
 # ----------------------------------------------------------------- the sweep
@@ -476,6 +504,8 @@ def run_sweep(args, out: Path, timer: Timer) -> dict:
                                  answer_match=getattr(args, "answer_match", None))
         train_sample = sample_training_questions(train, args.train_limit, args.train_seed)
     levels: dict[tuple[int, int], LevelResult] = {}
+    bertscore = sweep_bertscore(args, dataset.queries.language)
+    noted = False
     jobs = [(size, seed) for seed in plan.seeds for size in plan.sizes]
     bar = tqdm(jobs, desc="sweep levels", unit="level")
     same_rows: dict[str, tuple[int, int]] = {}  # levels whose corpora (eval and train) are identical
@@ -489,7 +519,7 @@ def run_sweep(args, out: Path, timer: Timer) -> dict:
             t_rows = corpus_levels(len(train_sample.corpus), t_gold, [t_size], seed)[0]
         fingerprints = level_fingerprints(args, plan, rows, reader_identity, seed)
         fingerprint = fingerprints[0]
-        done = load_level(out, size, seed, fingerprints)
+        done = load_level(out, size, seed, fingerprints, need_bert_f1=bertscore is not None)
         if done is not None:
             levels[(size, seed)] = done
             continue
@@ -498,7 +528,8 @@ def run_sweep(args, out: Path, timer: Timer) -> dict:
         if rows_key in same_rows:  # e.g. "all" under another seed: same corpus, same result
             twin = levels[same_rows[rows_key]]
             result = LevelResult(twin.em, twin.f1, twin.bearing, twin.gold_hit, twin.systems, twin.sys_n,
-                                 {**twin.info, "reads_done": 0, "reads_reused": 0, "same_corpus_as_seed": same_rows[rows_key][1]})
+                                 {**twin.info, "reads_done": 0, "reads_reused": 0, "same_corpus_as_seed": same_rows[rows_key][1]},
+                                 twin.bert_f1)
             save_level(out, size, seed, result, meta)
             levels[(size, seed)] = result
             continue
@@ -517,7 +548,10 @@ def run_sweep(args, out: Path, timer: Timer) -> dict:
                           "fit_s": round(time.perf_counter() - t0, 3), "ordinal": ordinal.to_dict()}
         selectors = selector_systems(plan.thetas, plan.tau, ordinal)
         with timer("read_and_score"):
-            result = evaluate_level(level, ranking, reader, cache, plan.n_max, selectors, args.read_unit, args.mu)
+            result = evaluate_level(level, ranking, reader, cache, plan.n_max, selectors, args.read_unit, args.mu, bertscore)
+        note = (result.info.get("bert_f1") or {}).get("note")
+        if note and not noted:
+            noted = print(f"note: {note}", file=sys.stderr) or True
         result.info.update({"corpus_size": int(size), "n_gold": plan.n_gold, "retrieve_s": round(t_retrieve, 3), **train_info})
         result.info.update(open_level_counts(level.queries, ranking))
         save_level(out, size, seed, result, meta)
@@ -534,8 +568,8 @@ def system_names(plan: SweepPlan, selectors: list[str]) -> list[str]:
 
 def system_table(result: LevelResult, metric: str = "em") -> np.ndarray:
     """Per-question score ``[Q, M]`` of every system (top:1..N, then the selectors)."""
-    base = result.em if metric == "em" else result.f1
-    sel = result.sys_em if metric == "em" else result.sys_f1
+    base = {"em": result.em, "f1": result.f1, "bert_f1": result.bert_f1}[metric]
+    sel = np.take_along_axis(base, result.sys_n - 1, axis=1)
     return np.concatenate([base, sel], axis=1).astype(np.float64)
 
 
@@ -580,6 +614,8 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
                 "em_ci_low": lo,
                 "em_ci_high": hi,
             }
+            if r.bert_f1 is not None:
+                metrics["bert_f1"] = np.nanmean(system_table(r, "bert_f1"), axis=0)
             seed_metrics.append(metrics)
             per_seed_em[s, k] = metrics["em"]
             for m, name in enumerate(names):
@@ -599,7 +635,7 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
                 "noise_ratio": noise_ratio(size, plan.n_gold), "system": name, "family": family(name),
                 "n": m + 1 if m < plan.n_max else "", "seeds": len(plan.seeds), "questions": q_count,
             }
-            for key in ("em", "f1", "mean_n", "answer_recall", "gold_recall", "answer_bearing"):
+            for key in ("em", "f1", "mean_n", "answer_recall", "gold_recall", "answer_bearing") + (("bert_f1",) if "bert_f1" in seed_metrics[0] else ()):
                 vals = np.array([sm[key][m] for sm in seed_metrics])
                 entry[f"{key}_mean"] = round(float(vals.mean()), 6)
                 entry[f"{key}_std"] = round(float(vals.std(ddof=1)) if len(vals) > 1 else 0.0, 6)
@@ -653,7 +689,22 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
         },
         "bootstrap": {"replicates": n_boot, "seed": boot_seed, "interval": "95% percentile, questions resampled, paired across sizes"},
     }
+    bert_info = next((r.info["bert_f1"] for r in levels.values() if r.info.get("bert_f1")), None)
+    if bert_info:
+        summary["bert_f1_info"] = {k: v for k, v in bert_info.items() if not k.startswith("pairs_")}
     return {"rows": rows, "agg_rows": agg_rows, "summary": summary, "names": names}
+
+
+def sweep_bertscore(args, language: str) -> dict | None:
+    """bert_f1's options when ``--metrics`` asks for it (the default), else None."""
+    wanted = [m.strip() for m in str(getattr(args, "metrics", "em,f1")).split(",") if m.strip()]
+    unknown = sorted(set(wanted) - {"em", "f1", "bert_f1"})
+    if unknown:
+        raise UserError(f"--metrics {args.metrics!r}: a sweep scores em, f1 and bert_f1 (got {unknown[0]!r})")
+    if "bert_f1" not in wanted:
+        return None
+    return {"model": args.bertscore_model, "num_layers": args.bertscore_layers, "rescale": bool(args.bertscore_rescale),
+            "language": language, "device": None if args.device == "auto" else args.device}
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:

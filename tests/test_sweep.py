@@ -170,6 +170,17 @@ def test_cli_end_to_end_and_resume(tmp_path):
     size_lines, regret_lines = [part.splitlines()[2:] for part in report(out, [1, 3]).split("\n\n")]
     assert [l.split(" | ")[0] for l in size_lines] == [f"| {s:,}" for s in sizes]
     assert summary["scale"] == "fraction"
+    # BERT-F1 is a default sweep metric (offline: the all-MiniLM-L6-v2 fallback), per n and per selector
+    assert summary["bert_f1_info"]["fallback"] and "not comparable with roberta-large" in summary["bert_f1_info"]["note"]
+    with open(out / "summary.csv") as f:
+        agg = list(csv.DictReader(f))
+    assert {r["system"] for r in agg} == set(systems) and all(0 <= float(r["bert_f1_mean"]) <= 1 for r in agg)
+    level = next((out / "levels").glob("*.npz"))
+    with np.load(level) as z:
+        bert, em = z["bert_f1"], z["em"]
+    assert bert.shape == em.shape and np.isfinite(bert[np.isfinite(em)]).all()
+    if (em == 1).any() and (em == 0).any():  # exact matches score higher than misses
+        assert bert[em == 1].mean() > bert[em == 0].mean()
     assert size_lines[0].split(" | ")[5] == f"{100 * float(top[(sizes[0], 1)]['em']):.2f}"  # tables show percent
     best_fixed = summary["regret"]["best_fixed"]
     assert f"`{best_fixed['system']}` | {100 * summary['regret']['systems'][best_fixed['system']]['mean']:.2f} |" in regret_lines[0]
@@ -195,6 +206,10 @@ def test_cli_end_to_end_and_resume(tmp_path):
             writer.writerow({k: (float(v) * 100 if k in ("em_mean", "em_std", "em_ci_low", "em_ci_high", "f1_mean", "f1_std") else v)
                              for k, v in row.items()})
     assert report(old, [1, 3]) == report(out, [1, 3])
+    from pipeline.report import build_report  # the HTML report of a sweep: its tables and plots, embedded
+
+    page = build_report(out)
+    assert page.count("data:image/png;base64,") == 4 and "<th>EM top-1 (%)</th>" in page
 
     # again with one more corpus size: the old sizes come from their saved results (a batch size
     # changes no read, so another one resumes them too), the new one reads only the passages no
