@@ -129,15 +129,38 @@ class CorpusStore:
         return out
 
     def iter_chunks(self, name: str, rows: np.ndarray | None = None, size: int = BATCH_ROWS) -> Iterator[list[str]]:
-        """Column ``name`` as lists of at most ``size`` values, in order (over ``rows`` when given)."""
-        if rows is None:
-            for c in range(len(self._offsets) - 1):
-                values = self._chunk_values(name, c)
-                for lo in range(0, len(values), size):
-                    yield values[lo : lo + size]
+        """Column ``name`` as lists of at most ``size`` values, in order (over ``rows`` when given).
+
+        A full scan (or one over ascending rows, as corpus-size levels are) reads
+        the file one record batch at a time with plain reads, not through the
+        memory map, so a pass over the whole corpus does not leave every page of
+        it resident (and counted in RSS): memory stays at about one batch.
+        """
+        if rows is not None and not (rows.size < 2 or np.all(np.diff(rows) > 0)):
+            for lo in range(0, len(rows), size):
+                yield self.fetch(name, rows[lo : lo + size])
             return
-        for lo in range(0, len(rows), size):
-            yield self.fetch(name, rows[lo : lo + size])
+        import pyarrow as pa
+
+        fields = ("title", "text") if name == "contents" else (name,)
+        with pa.OSFile(str(self.directory / FILE_NAME), "rb") as f:
+            reader = pa.ipc.open_file(f)
+            for c in range(reader.num_record_batches):
+                lo_row, hi_row = int(self._offsets[c]), int(self._offsets[c + 1])
+                if rows is not None:
+                    a, b = np.searchsorted(rows, [lo_row, hi_row])
+                    if a == b:
+                        continue
+                    local = rows[a:b] - lo_row
+                batch = reader.get_batch(c).select(list(fields))
+                if rows is not None:
+                    batch = batch.take(pa.array(local, type=pa.int64()))
+                cols = [batch.column(k).to_pylist() for k in fields]
+                del batch
+                values = [f"{t}\n{x}" if t else x for t, x in zip(*cols)] if name == "contents" else cols[0]
+                del cols
+                for i in range(0, len(values), size):
+                    yield values[i : i + size]
 
     def ids_array(self):
         """The id column as an Arrow array (for vectorized lookups)."""
