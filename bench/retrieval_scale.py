@@ -16,6 +16,9 @@ own subprocess, and its peak RSS is that process's ``ru_maxrss``:
   ``LuceneSearcher.batch_search`` (the call alone is timed) on the same index,
   2,000 SQuAD dev questions, k = 100 and 1000, after a warm-up of 200 queries on
   each side; then whether the rankings are identical (ids, scores, order).
+  Bare Pyserini means importing ``pyserini.search.lucene``, which loads torch,
+  FAISS and transformers (about 0.5 GB); ours drives Anserini's SimpleSearcher
+  without that import (the table says which side had torch loaded).
 
 Anserini's ``batch_search`` runs on a work-stealing pool of all cores whatever
 ``threads`` says; ours uses ``--threads`` (default: all cores), so the two agree
@@ -227,7 +230,7 @@ def child(args) -> dict:
         np.save(args.out + ".scores.npy", ranking.scores)
         from retrievers.java import jvm_info
 
-        return {"seconds": seconds, "rss_mb": rss_mb(), "heap": jvm_info()["heap_max"]}
+        return {"seconds": seconds, "rss_mb": rss_mb(), "heap": jvm_info()["heap_max"], "torch": "torch" in sys.modules}
     if role == "bare-search":
         os.environ["QA_JAVA_XMX"] = args.bare_heap
         from retrievers.java import import_pyserini_lucene
@@ -249,7 +252,7 @@ def child(args) -> dict:
         rss = rss_mb()
         np.save(args.out + ".ids.npy", ids)
         np.save(args.out + ".scores.npy", scores)
-        return {"seconds": seconds, "rss_mb": rss, "heap": args.bare_heap}
+        return {"seconds": seconds, "rss_mb": rss, "heap": args.bare_heap, "torch": "torch" in sys.modules}
     raise SystemExit(f"unknown child role {role}")
 
 
@@ -326,7 +329,8 @@ def main() -> int:
             b = run_child("bare-search", passages=root, index_path=index_path, threads=args.threads, queries=args.queries, k=k,
                           out=out_b, bare_heap=args.bare_heap)
             row[f"k{k}"] = {"ours": args.queries / o["seconds"], "bare": args.queries / b["seconds"], "ours_rss": o["rss_mb"],
-                            "bare_rss": b["rss_mb"], "identical": identical(out_o, out_b), "heaps": (o["heap"], b["heap"])}
+                            "bare_rss": b["rss_mb"], "identical": identical(out_o, out_b), "heaps": (o["heap"], b["heap"]),
+                            "torch": (o["torch"], b["torch"])}
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
 
@@ -337,12 +341,12 @@ def main() -> int:
         for r in rows:
             print(f"{r['n']:>10,} | {r['ours_index']:>11,.0f} | {r['pyserini_index']:>15,.0f} | {r['ours_index'] / r['pyserini_index']:>5.2f} | "
                   f"{r['ours_index_rss']:>10,.0f} + {r['ours_index_jvm_rss']:>6,.0f} MB{'':>6} | {r['pyserini_index_rss']:>9,.0f} MB")
-    print(f"\n{'passages':>10} | {'k':>5} | {'ours q/s':>9} | {'bare q/s':>9} | {'speed-up':>8} | {'ours RSS':>9} | {'bare RSS':>9} | {'RSS ratio':>9} | identical | heaps (ours, bare)")
+    print(f"\n{'passages':>10} | {'k':>5} | {'ours q/s':>9} | {'bare q/s':>9} | {'speed-up':>8} | {'ours RSS':>9} | {'bare RSS':>9} | {'RSS ratio':>9} | identical | heaps (ours, bare) | torch imported (ours, bare)")
     for r in rows:
         for k in ks:
             s = r[f"k{k}"]
             print(f"{r['n']:>10,} | {k:>5} | {s['ours']:>9,.1f} | {s['bare']:>9,.1f} | {s['ours'] / s['bare']:>7.2f}x | {s['ours_rss']:>6,.0f} MB | "
-                  f"{s['bare_rss']:>6,.0f} MB | {s['ours_rss'] / s['bare_rss']:>9.2f} | {'yes' if s['identical'] else 'NO':>9} | {s['heaps']}")
+                  f"{s['bare_rss']:>6,.0f} MB | {s['ours_rss'] / s['bare_rss']:>9.2f} | {'yes' if s['identical'] else 'NO':>9} | {s['heaps']} | {s['torch']}")
     if guard is not None:
         return _machine.finish(guard, allow_busy=args.allow_busy)
     print(f"load average after: {os.getloadavg()}")

@@ -141,17 +141,23 @@ class BM25Retriever:
             raise UserError("bm25: the corpus is empty")
         if self.engine not in ENGINES:
             raise UserError(f"bm25 engine {self.engine!r} unknown; use one of {', '.join(ENGINES)}")
-        search_lucene, _ = _pyserini()
+        from retrievers.java import ensure_jvm
+
+        ensure_jvm()
         if self.index_path:
-            path, own = _existing_index(search_lucene, self.index_path), False
+            path, own = _existing_index(self.index_path), False
         else:
             path, own = self._cached_index(corpus), True
         self._size = len(corpus)
         self._path = path
-        self._searcher = search_lucene.LuceneSearcher(str(path))
-        self._searcher.set_bm25(float(self.k1), float(self.b))
-        if self.pretokenize is None and self.language != "en":
-            self._searcher.set_language(self.language)
+        self._lucene = None
+        # Anserini's SimpleSearcher, configured exactly as Pyserini's LuceneSearcher configures it
+        # (set_bm25, set_language); importing pyserini.search itself would load torch, FAISS and
+        # transformers (30 s, 0.5 GB) for nothing
+        from jnius import autoclass
+
+        self._simple = autoclass("io.anserini.search.SimpleSearcher")(str(path))
+        self._configure(self._simple)
         self._batch = None
         self._id_rows = None
         if self.engine == "auto":
@@ -159,6 +165,22 @@ class BM25Retriever:
         if self._batch is None and not own:
             self._id_rows = {str(x): i for i, x in enumerate(corpus.ids)}  # the fallback maps Pyserini's docids
         return self
+
+    def _configure(self, simple) -> None:
+        simple.set_bm25(float(self.k1), float(self.b))
+        if self.pretokenize is None and self.language != "en":
+            simple.set_language(self.language)
+
+    @property
+    def _searcher(self):
+        """Pyserini's ``LuceneSearcher`` on the index, same settings (the fallback; created on first use)."""
+        if getattr(self, "_lucene", None) is None:
+            if not hasattr(self, "_path"):
+                raise RuntimeError("call index(corpus) before search()")
+            search_lucene, _ = _pyserini()
+            self._lucene = search_lucene.LuceneSearcher(str(self._path))
+            self._configure(self._lucene.object)
+        return self._lucene
 
     def _cached_index(self, corpus: Corpus) -> Path:
         from retrievers.lucene import build_index, is_complete
@@ -180,7 +202,7 @@ class BM25Retriever:
         if not helper_available():
             _warn_once(f"bm25: {jvm_info()['batch_helper_problem']}; searching with Pyserini's batch_search (slower at depth)")
             return None
-        batch = BatchSearcher(path, self._searcher)
+        batch = BatchSearcher(path, self._simple)
         if own:
             bad = batch.map_row_ids(len(corpus))
             if bad:
@@ -199,7 +221,7 @@ class BM25Retriever:
 
     # ----------------------------------------------------------------- search
     def search(self, query_texts: Sequence[str], k: int, batch_size: int = 2000) -> Ranking:
-        if not hasattr(self, "_searcher"):
+        if not hasattr(self, "_path"):
             raise RuntimeError("call index(corpus) before search()")
         if k < 1:
             raise UserError(f"bm25: k must be >= 1 (got {k})")
@@ -272,7 +294,7 @@ def _cached_row_map(index: Path, corpus: Corpus, build: Callable[[], np.ndarray]
     return rows
 
 
-def _existing_index(search_lucene, spec: str) -> Path:
+def _existing_index(spec: str) -> Path:
     """A Lucene index directory, or a Pyserini prebuilt index name (downloaded by Pyserini; needs internet)."""
     path = Path(spec).expanduser()
     if path.is_dir():
@@ -281,6 +303,7 @@ def _existing_index(search_lucene, spec: str) -> Path:
         return path
     if os.sep in spec or spec.startswith((".", "~")):
         raise UserError(f"{spec}: BM25 index directory not found")
+    search_lucene, _ = _pyserini()
     try:
         searcher = search_lucene.LuceneSearcher.from_prebuilt_index(spec)
     except Exception as e:  # download or lookup failure

@@ -194,16 +194,17 @@ def is_complete(path: Path) -> bool:
 class BatchSearcher:
     """Batch BM25 search through ``qaeval.BatchSearch`` over one Lucene index.
 
-    ``lucene_searcher`` is the Pyserini ``LuceneSearcher`` on the same index, with
-    BM25 parameters and language already set: its similarity and analyzer are
-    the ones used, so scores and query analysis are Pyserini's.
+    ``simple_searcher`` is Anserini's ``SimpleSearcher`` on the same index (what
+    Pyserini's ``LuceneSearcher.object`` is), with BM25 parameters and language
+    already set: its similarity and analyzer are the ones used, so scores and
+    query analysis are Pyserini's.
     """
 
-    def __init__(self, index_dir: str | os.PathLike, lucene_searcher):
+    def __init__(self, index_dir: str | os.PathLike, simple_searcher):
         from jnius import autoclass
 
         generator = autoclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
-        obj = lucene_searcher.object
+        obj = simple_searcher
         self.index_dir = str(index_dir)
         self._java = autoclass("qaeval.BatchSearch")(self.index_dir, obj.get_similarity(), obj.get_analyzer(), generator)
         self._tmp = tempfile.mkdtemp(prefix="qa-bm25-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
