@@ -162,8 +162,13 @@ def load_encoder(
                         f" (Hugging Face encoders take query_prompt, passage_prompt and the dense options)")
     from retrievers.encoders.hf import SentenceTransformerEncoder
 
-    return SentenceTransformerEncoder(model, device=device, query_prompt=query_prompt, passage_prompt=passage_prompt,
-                                      token_budget=token_budget)
+    try:
+        return SentenceTransformerEncoder(model, device=device, query_prompt=query_prompt, passage_prompt=passage_prompt,
+                                          token_budget=token_budget)
+    except UserError as e:
+        if name and not Path(name).exists():  # maybe a misspelt encoder name
+            raise UserError(f"{e}; encoder names: {', '.join(encoder_names())}") from None
+        raise
 
 
 @lru_cache(maxsize=8)
