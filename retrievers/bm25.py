@@ -230,6 +230,7 @@ class BM25Retriever:
         if self.pretokenize is not None:
             texts = [" ".join(self.pretokenize(t)) for t in texts]
         threads = self.threads or max(1, os.cpu_count() or 1)
+        batch_size = max(1, min(batch_size, (32 << 20) // k_eff))  # one batch's hits stay under 256 MB in Java
         ids = np.full((len(texts), k_eff), -1, dtype=np.int64)
         scores = np.full((len(texts), k_eff), -np.inf, dtype=np.float32)
         for start in tqdm(range(0, len(texts), batch_size), desc="bm25 search", unit="batch", leave=False):

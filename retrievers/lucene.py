@@ -207,8 +207,8 @@ class BatchSearcher:
         obj = simple_searcher
         self.index_dir = str(index_dir)
         self._java = autoclass("qaeval.BatchSearch")(self.index_dir, obj.get_similarity(), obj.get_analyzer(), generator)
-        self._tmp = tempfile.mkdtemp(prefix="qa-bm25-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
         self.max_doc = int(self._java.maxDoc())
+        self._tmp = tempfile.mkdtemp(prefix="qa-bm25-", dir=_exchange_dir(max(self.max_doc * 24, 64 << 20)))
 
     def map_row_ids(self, corpus_size: int) -> int:
         """Lucene ``id`` = corpus row number (our own indexes); returns ids that are not rows."""
@@ -234,8 +234,9 @@ class BatchSearcher:
 
     def search(self, queries: list[str], k: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-k rows (int32, -1 past the last hit) and scores (float32, -inf) of each query: [Q, k] each."""
-        path = os.path.join(self._tmp, "hits.bin")
         q = len(queries)
+        tmp = self._tmp if shutil.disk_usage(self._tmp).free > 2 * q * k * 8 else tempfile.gettempdir()
+        path = os.path.join(tmp, f"qa-bm25-hits-{os.getpid()}-{id(self)}.bin")
         if q == 0:
             return np.empty((0, k), np.int32), np.empty((0, k), np.float32)
         self._java.search(queries, int(k), int(threads), path)
@@ -253,6 +254,16 @@ class BatchSearcher:
 
     def __del__(self):  # pragma: no cover - best effort
         shutil.rmtree(getattr(self, "_tmp", ""), ignore_errors=True)
+
+
+def _exchange_dir(need_bytes: int) -> str | None:
+    """Where Java hands files to numpy: /dev/shm (memory) when it has room, else the temp dir."""
+    try:
+        if os.path.isdir("/dev/shm") and shutil.disk_usage("/dev/shm").free > 2 * need_bytes:
+            return "/dev/shm"
+    except OSError:
+        pass
+    return None
 
 
 def _split_lines(buf: np.ndarray, chunk: int = 1 << 20) -> np.ndarray:
