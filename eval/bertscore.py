@@ -59,7 +59,7 @@ OFFLINE_HINT = "pass --bertscore-model PATH --bertscore-layers L (a local model 
 # heavily tied at 0 and 1; Pearson favours layer 1, which is little more than a lexical match.
 FALLBACK_LAYER = 6
 FALLBACK_NOTE = ("BERT-F1 uses the offline fallback all-MiniLM-L6-v2 (layer {layer}) because {default} could not be "
-                 "loaded: these numbers are not comparable with roberta-large BERT-F1")
+                 "loaded: these numbers are not comparable with {default} BERT-F1")
 
 
 def default_model(language: str = DEFAULT_LANGUAGE) -> tuple[str, int]:
