@@ -144,6 +144,7 @@ class BM25Retriever:
         from retrievers.java import ensure_jvm
 
         ensure_jvm()
+        self.close()  # a retriever re-indexed (sweep levels) releases the previous index's readers
         if self.index_path:
             path, own = _existing_index(self.index_path), False
         else:
@@ -165,6 +166,18 @@ class BM25Retriever:
         if self._batch is None and not own:
             self._id_rows = {str(x): i for i, x in enumerate(corpus.ids)}  # the fallback maps Pyserini's docids
         return self
+
+    def close(self) -> None:
+        """Close the Lucene readers this retriever opened (``index`` reopens)."""
+        for name in ("_batch", "_simple", "_lucene"):
+            obj = getattr(self, name, None)
+            if obj is None:
+                continue
+            try:
+                obj.close()
+            except Exception:  # closing is best effort
+                pass
+            setattr(self, name, None)
 
     def _configure(self, simple) -> None:
         simple.set_bm25(float(self.k1), float(self.b))
