@@ -98,6 +98,12 @@ def test_parse_corpus_sizes():
     for bad, msg in (("100", "below"), ("30000", "above"), ("x0.5", "ratio"), ("lots", "expected"), ("", "no sizes")):
         with pytest.raises(UserError, match=msg):
             parse_corpus_sizes(bad, 2067, 20963)
+    # open corpora: counts with k/M suffixes, fractions of the pool, no gold rows needed
+    assert parse_corpus_sizes("10k,100k,1M,all", 0, 21_015_324) == [10_000, 100_000, 1_000_000, 21_015_324]
+    assert parse_corpus_sizes("0.5,25%,0.9k", 0, 1000) == [250, 500, 900]
+    for bad, msg in (("x2", "needs gold rows"), ("1.5", "fraction"), ("0", "below"), ("2M", "above")):
+        with pytest.raises(UserError, match=msg):
+            parse_corpus_sizes(bad, 0, 1_000_000)
 
 
 @settings(max_examples=60, deadline=None)
