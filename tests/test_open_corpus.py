@@ -358,7 +358,7 @@ def test_open_sweep_uniform_nested_levels(files, tmp_path):
 
     out = tmp_path / "sweep"
     argv = ["--dataset", f"open:{files['tsv']}+{files['qa']}", "--reader", str(READER), "--corpus-sizes", "50,0.5,all",
-            "--n", "1-3", "--no-ordinal", "--limit", "6", "--bootstrap", "20", "--out", str(out)]
+            "--n", "1-3", "--no-ordinal", "--limit", "6", "--bootstrap", "20", "--metrics", "em,f1", "--out", str(out)]
     assert main(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     n = len(files["passages"])
