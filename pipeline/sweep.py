@@ -464,7 +464,8 @@ def level_fingerprint(args, plan: SweepPlan, rows: np.ndarray, reader_identity: 
         "seed": seed,
         "retriever": [args.retriever, args.bm25_k1, args.bm25_b, args.bm25_field, args.encoder, args.dense_field, args.dense_index, sorted(args.fusion_opt)]
                      + [f"{k}={v!r}" for k, v in sorted(dense_prompt_options(args).items())]  # only when given: older levels resume
-                     + [f"{k}={v!r}" for k, v in sorted(dense_index_options(args).items())],
+                     + [f"{k}={v!r}" for k, v in sorted(dense_index_options(args).items())]
+                     + ([f"bm25_index={args.bm25_index}"] if getattr(args, "bm25_index", None) else []),
         "reading": reading,
         "selectors": [plan.thetas, plan.tau, not args.no_ordinal, args.train_split, args.train_limit, args.train_seed],
     }
