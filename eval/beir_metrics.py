@@ -40,7 +40,7 @@ from typing import Sequence
 import numpy as np
 
 from data.types import Queries
-from retrievers.types import Ranking
+from data.types import Ranking
 
 DEFAULT_METRICS = (("nDCG", 10), ("MRR", 10), ("R", 100), ("R", 1000))
 

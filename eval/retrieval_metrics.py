@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from data.types import Corpus, Queries
-from retrievers.types import Ranking
+from data.types import Ranking
 
 DEFAULT_CUTOFFS = (1, 5, 10)
 
