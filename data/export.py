@@ -1,4 +1,4 @@
-"""Write a built dataset in BEIR layout: ``python -m data.export NAME --split dev --out DIR``.
+"""Write a built dataset in BEIR layout (the command is ``python -m pipeline.export NAME --split dev --out DIR``).
 
 ``corpus.jsonl`` holds one line per candidate (``_id``, ``title`` = its
 paragraph/context, ``text`` = the candidate sentence), ``queries.jsonl`` one
@@ -11,11 +11,7 @@ writes in ``run.trec``/``qrels.tsv``, so a run scores against an export.
 
 from __future__ import annotations
 
-import argparse
-import sys
-
-from data.io import staged_outputs, write_jsonl
-from pipeline.cli import main_guard, make_out_dir, parse_with_config, write_manifest
+from data.io import write_jsonl
 
 
 def export_beir(dataset, out) -> dict:
@@ -35,31 +31,3 @@ def export_beir(dataset, out) -> dict:
     (out / "qrels").mkdir(parents=True, exist_ok=True)
     n_qrels = write_qrels_tsv(out / "qrels" / f"{dataset.split}.tsv", groups, corpus.ids)
     return {"corpus": len(corpus), "queries": len(groups), "qrels": n_qrels}
-
-
-@main_guard
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m data.export", description=__doc__.splitlines()[0])
-    p.add_argument("dataset")
-    p.add_argument("--split", default="dev")
-    p.add_argument("--out")
-    p.add_argument("--data-dir")
-    p.add_argument("--data-file")
-    p.add_argument("--limit", type=int, help="export only the first N questions (the corpus stays whole)")
-    p.add_argument("--config")
-    args = parse_with_config(p, argv)
-    from data.registry import load_dataset
-    from pipeline.run import limit_queries
-
-    ds = limit_queries(load_dataset(args.dataset, args.split, data_dir=args.data_dir, data_file=args.data_file), args.limit)
-    out = make_out_dir(args.out, f"export-{args.dataset}-{args.split}")
-    with staged_outputs(out, last="manifest.json") as stage:  # a failed export leaves nothing half-written
-        counts = export_beir(ds, stage)
-        write_manifest(stage, command="data.export", config=vars(args), seed=None, sources=ds.sources, timings={},
-                       extra={"counts": counts})
-    print(f"wrote {counts['corpus']} documents, {counts['queries']} queries, {counts['qrels']} qrels to {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,7 +23,7 @@ text is one ReQA question, named by its first SQuAD id.
 Files (all written atomically):
 
 * ``qrels.tsv``: BEIR's layout (``query-id  corpus-id  score`` header, tab
-  separated), what BEIR, MTEB and ``data.export`` use;
+  separated), what BEIR, MTEB and ``pipeline.export`` use;
 * ``qrels.trec``: trec_eval's ``qid 0 docid rel``;
 * ``queries.jsonl``: ``{"_id", "text"}`` per question (BEIR's layout).
 

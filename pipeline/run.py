@@ -129,7 +129,7 @@ def language_options(dataset, options: dict) -> dict:
     return options
 
 
-from data.types import limit_queries  # noqa: E402,F401 - it lives in the data layer (pipeline.reading and data.export use it too)
+from data.types import limit_queries  # noqa: E402,F401 - it lives in the data layer (pipeline.reading and pipeline.export use it too)
 
 
 def write_trec(path: Path, ranking, queries, corpus, tag: str, depth: int = TREC_DEPTH) -> None:

@@ -176,11 +176,11 @@ def test_bad_squad_file(case, tmp_path, env):
     assert proc.returncode == 2
 
 
-def test_bad_file_through_data_export(tmp_path, env):
+def test_bad_file_through_pipeline_export(tmp_path, env):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(mutated(lambda d: answer(d).update(answer_start=-1))), encoding="utf-8")
     out = tmp_path / "out"
-    proc = cli([f"squad_file:{bad}", "--out", out], env, module="data.export")
+    proc = cli([f"squad_file:{bad}", "--out", out], env, module="pipeline.export")
     assert_one_line_error(proc, out, ["bad.json", "answer_start", "-1"])
     assert not (out / "corpus.jsonl").exists()
 

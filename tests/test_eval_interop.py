@@ -66,8 +66,8 @@ def test_reqa_run_trec_and_qrels_give_our_mrr(reqa_bm25):
 
 
 def test_export_uses_the_run_ids(reqa_bm25, tmp_path):
-    """data.export's queries/qrels are keyed like the run: the run scores against an export."""
-    proc = run_cli("reqa_squad", "--split", "dev", "--limit", "400", "--out", tmp_path, module="data.export")
+    """pipeline.export's queries/qrels are keyed like the run: the run scores against an export."""
+    proc = run_cli("reqa_squad", "--split", "dev", "--limit", "400", "--out", tmp_path, module="pipeline.export")
     assert proc.returncode == 0, proc.stderr[-1000:]
     assert (tmp_path / "qrels" / "dev.tsv").read_text() == (reqa_bm25 / "qrels.tsv").read_text()
     assert (tmp_path / "queries.jsonl").read_text() == (reqa_bm25 / "queries.jsonl").read_text()

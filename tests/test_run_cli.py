@@ -107,7 +107,7 @@ def test_unknown_dataset_exits_nonzero(tmp_path):
 
 
 def test_export_beir_layout(tmp_path, reqa_dev):
-    proc = run_cli("reqa_squad", "--split", "dev", "--out", tmp_path, module="data.export")
+    proc = run_cli("reqa_squad", "--split", "dev", "--out", tmp_path, module="pipeline.export")
     assert proc.returncode == 0, proc.stderr[-1000:]
     corpus = (tmp_path / "corpus.jsonl").read_text().splitlines()
     queries = (tmp_path / "queries.jsonl").read_text().splitlines()
