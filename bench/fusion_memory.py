@@ -118,10 +118,15 @@ def main(argv: list[str] | None = None) -> int:
     tracemalloc.stop()
     cur_rss, peak_rss = rss_mb()
 
-    print(f"| phase | peak traced above its start (MB) | still held after (MB) | s |")
-    print("|---|---|---|---|")
-    for label, pk, held, secs in phases.rows:
-        print(f"| {label} | {pk:.1f} | {held:.1f} | {secs:.1f} |")
+    print("| phase | calls | peak traced above its start (MB, max over calls) | still held after (MB, max) | s (total) |")
+    print("|---|---|---|---|---|")
+    agg: dict[str, list[float]] = {}
+    for label, pk, held, secs in phases.rows:  # one row per phase: fused searches run block by block
+        a = agg.setdefault(label, [0, 0.0, 0.0, 0.0])
+        a[0] += 1
+        a[1], a[2], a[3] = max(a[1], pk), max(a[2], held), a[3] + secs
+    for label, (calls, pk, held, secs) in agg.items():
+        print(f"| {label} | {calls} | {pk:.1f} | {held:.1f} | {secs:.1f} |")
     print(f"result: ids {ranking.ids.nbytes / 2**20:.1f} MB + scores {ranking.scores.nbytes / 2**20:.1f} MB; "
           f"process RSS now {cur_rss:.0f} MB, peak {peak_rss:.0f} MB (includes the JVM and FAISS)")
     print("largest live allocations after the search (traceback's innermost project frame):")

@@ -25,7 +25,7 @@ from data.io import ShardStore, cache_dir, sha256_text
 from data.types import Corpus
 from retrievers.encoder import resolve_device
 from retrievers.encoders import cached_encoder, check_embeddings, encoder_info
-from retrievers.faiss_index import GPU_MAX_K, EmbeddingShards, FlatSearcher, IndexSearcher, PrebuiltIndex, cached_index
+from retrievers.faiss_index import GPU_MAX_K, EmbeddingShards, FlatSearcher, IndexSearcher, PrebuiltIndex, cached_index  # noqa: F401 (GPU_MAX_K: re-export)
 from retrievers.faiss_index import make_index, resolve_index_spec, to_gpu
 from retrievers.types import Ranking
 

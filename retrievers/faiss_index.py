@@ -63,7 +63,8 @@ class EmbeddingShards:
     1M x 384 corpus is never duplicated in memory.
     """
 
-    def __init__(self, parts: Sequence[np.ndarray]):
+    def __init__(self, parts: Sequence[np.ndarray], paths: Sequence[str | os.PathLike] | None = None):
+        self.paths = [Path(p) for p in paths] if paths is not None else None  # the shard files, when read from files
         self.parts = [p if p.dtype == np.float32 else p.astype(np.float32) for p in parts]
         if not self.parts:
             raise ValueError("EmbeddingShards needs at least one part")
@@ -76,7 +77,7 @@ class EmbeddingShards:
     @classmethod
     def from_files(cls, paths: Sequence[str | os.PathLike]) -> "EmbeddingShards":
         """Memory-map ``.npy`` shard files in row order (read-only; pages are read on use)."""
-        return cls([np.load(p, mmap_mode="r", allow_pickle=False) for p in paths])
+        return cls([np.load(p, mmap_mode="r", allow_pickle=False) for p in paths], paths)
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
@@ -182,13 +183,20 @@ def make_index(factory: str, dim: int):
     import faiss
 
     try:
-        return faiss.index_factory(int(dim), factory, faiss.METRIC_INNER_PRODUCT)
+        index = faiss.index_factory(int(dim), factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as e:
         reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
         raise UserError(
             f"--dense-index {factory!r}: not a FAISS index factory string for {dim}-d vectors ({reason[-160:]}); "
             "use flat, hnsw or e.g. IVF4096,PQ64 / HNSW32 / IVF1024,SQ8 / OPQ16,IVF256,PQ16"
         ) from None
+    # polysemous training (a simulated annealing over PQ code ids, minutes per sub-quantizer) only
+    # serves Hamming pre-filtering (polysemous_ht), which we never switch on: skip it
+    ivf = faiss.try_extract_index_ivf(index)
+    for part in (faiss.downcast_index(ivf) if ivf is not None else None, faiss.downcast_index(index)):
+        if hasattr(part, "do_polysemous_training"):
+            part.do_polysemous_training = False
+    return index
 
 
 def ivf_nlist(index) -> int:
@@ -199,7 +207,7 @@ def ivf_nlist(index) -> int:
     return int(ivf.nlist) if ivf is not None else 0
 
 
-def _hnsw_parts(index) -> tuple[bool, bool]:
+def hnsw_parts(index) -> tuple[bool, bool]:
     """``(index has an HNSW graph, its IVF coarse quantizer is one)``."""
     import faiss
 
@@ -237,7 +245,7 @@ def train_rows(n: int, size: int, seed: int) -> np.ndarray:
     return np.sort(rng.choice(n, size=int(size), replace=False)).astype(np.int64)
 
 
-def set_search_parameters(index, nprobe: int | None = None, ef_search: int | None = None, gpu: bool = False) -> dict:
+def set_search_parameters(index, nprobe: int | None = None, ef_search: int | None = None) -> dict:
     """Set ``nprobe`` / ``efSearch`` where the index has them; returns what was set.
 
     ``nprobe=None`` uses :func:`default_nprobe`; ``ef_search`` applies to an
@@ -246,20 +254,20 @@ def set_search_parameters(index, nprobe: int | None = None, ef_search: int | Non
     """
     import faiss
 
-    space = faiss.GpuParameterSpace() if gpu else faiss.ParameterSpace()
-    nlist = ivf_nlist(index) if not gpu else int(getattr(faiss.try_extract_index_ivf(index), "nlist", 0) or 0)
+    space = faiss.ParameterSpace()
+    nlist = ivf_nlist(index)
     applied: dict = {}
     if nlist:
         value = default_nprobe(nlist) if nprobe is None else int(nprobe)
         if value < 1:
             raise UserError(f"--nprobe {value}: must be >= 1")
-        value = min(value, nlist, GPU_MAX_K if gpu else nlist)
+        value = min(value, nlist)
         space.set_index_parameter(index, "nprobe", value)
         applied["nprobe"] = value
     elif nprobe is not None:
         warn(f"--nprobe {nprobe}: this index has no inverted lists (IVF); ignored")
-    if ef_search is not None and not gpu:
-        top, quant = _hnsw_parts(index)
+    if ef_search is not None:
+        top, quant = hnsw_parts(index)
         if int(ef_search) < 1:
             raise UserError(f"--ef-search {ef_search}: must be >= 1")
         if top:
@@ -368,9 +376,9 @@ def cached_index(
                 path.unlink(missing_ok=True)
         index, info = build_index(factory, shards, train_size, seed)
         info = {**info, "faiss": _faiss_version(), "key": key}
-        path = _write_index(index, folder)
-        with atomic_path(folder / "meta.json") as tmp:
+        with atomic_path(folder / "meta.json") as tmp:  # before the index: an index file always has its meta
             tmp.write_text(json.dumps(info, sort_keys=True) + "\n", encoding="utf-8")
+        path = _write_index(index, folder)
         del index
         index = read_index(path)  # serve the memory-mapped file, as a later run will
         return index, {**info, "cache": "built", "path": str(path)}
@@ -498,8 +506,10 @@ class IndexSearcher:
         self.gpu_index, self.resources = to_gpu(self.index, self.device)
         if self.resources is None:
             self.gpu_index = None
-        else:
-            set_search_parameters(self.gpu_index, self.nprobe, None, gpu=True)
+        elif "nprobe" in self.params:  # GPU IVF: the same lists (GPU FAISS visits at most GPU_MAX_K)
+            import faiss
+
+            faiss.GpuParameterSpace().set_index_parameter(self.gpu_index, "nprobe", min(self.params["nprobe"], GPU_MAX_K))
         self.selector = None
         if self.rows is not None:
             mapped = np.nonzero(self.rows >= 0)[0]
