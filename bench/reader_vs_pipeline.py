@@ -128,7 +128,6 @@ def main(argv=None) -> None:
     parser.add_argument("--max-question-tokens", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=None, help="our windows per forward pass (default: the reader's, by device)")
     parser.add_argument("--max-batch-tokens", type=int, default=None, help="our cap on windows x length per pass (default: the reader's)")
-    parser.add_argument("--compile", action="store_true", help="also time ours under torch.compile (--reader-compile)")
     parser.add_argument("--dtype", default="auto", help="our dtype: auto (float32 on CPU), float32, bfloat16, float16")
     parser.add_argument("--pipeline-batch-sizes", default="1,4,8,16",
                         help="the pipeline's batch_size values to run (its default is 1); the ratio uses the fastest")
@@ -174,12 +173,8 @@ def main(argv=None) -> None:
     reader = ExtractiveReader(args.model, batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens, num_threads=threads, dtype=args.dtype, progress=False, **settings).load()
     torch.set_num_threads(threads)
     pipe_sizes = [int(x) for x in args.pipeline_batch_sizes.split(",")]
-    sides = ["ours"] + (["ours compiled"] if args.compile else []) + [f"pipeline b{b}" for b in pipe_sizes]
+    sides = ["ours"] + [f"pipeline b{b}" for b in pipe_sizes]
     readers = {"ours": reader}
-    if args.compile:
-        readers["ours compiled"] = ExtractiveReader(args.model, batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens,
-                                                    num_threads=threads, dtype=args.dtype, progress=False, compile=True, **settings).load()
-        readers["ours compiled"].read_pairs(questions[:32], contexts[:32])  # compile (not timed)
 
     warm = slice(0, 8)
     for b in pipe_sizes:
@@ -237,10 +232,6 @@ def main(argv=None) -> None:
     print(f"{'ours - ' + best_pipe:<22}{em_o - em_p:>+8.2f}{f1_o - f1_p:>+8.2f}")
     ratio = rate["ours"] / rate[best_pipe]
     print(f"{'ours / ' + best_pipe:<22}{'':>16}{ratio:>11.2f}x   (ours / pipeline b1: {rate['ours'] / rate.get('pipeline b1', float('nan')):.2f}x)")
-    if "ours compiled" in rate:
-        em_c, f1_c = score(answers["ours compiled"])
-        print(f"{'ours compiled / ' + best_pipe:<22}{'':>16}{rate['ours compiled'] / rate[best_pipe]:>11.2f}x   "
-              f"(EM {em_c - em_p:+.2f}, F1 {f1_c - f1_p:+.2f} vs {best_pipe})")
     same = float(np.mean([a.strip() == b.strip() for a, b in zip(answers["ours"], answers[best_pipe])]))
     print(f"\nidentical answer strings (ours vs {best_pipe}): {100 * same:.1f}%")
     share = flops / seconds["ours"] / 1e9 / ceil["float32"]

@@ -106,8 +106,6 @@ def add_reader_options(group) -> None:
                             "halved on CUDA out-of-memory)")
     group.add_argument("--reader-token-budget", type=int,
                        help="cap windows x padded length per forward pass (default: 1024 on the CPU, none on CUDA)")
-    group.add_argument("--reader-compile", action="store_true",
-                       help="run the reader through torch.compile (about 1.1x faster reading after a compile of ~25 CPU-seconds)")
     group.add_argument("--reader-dtype", default="auto", choices=READER_DTYPES,
                        help="reader precision: auto (bf16/fp16 autocast on CUDA; on the CPU bf16 where it has native bf16, else float32), float32, "
                             "bfloat16 (autocast; fast on CPUs with native bf16), float16")

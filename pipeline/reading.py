@@ -35,7 +35,6 @@ def make_reader(args):
         max_batch_tokens=getattr(args, "reader_token_budget", None),
         device=args.device,
         dtype=getattr(args, "reader_dtype", "auto"),
-        compile=bool(getattr(args, "reader_compile", False)),
         num_threads=getattr(args, "threads", None),
         pairs_per_chunk=default_shard_rows(),
     )
@@ -122,7 +121,8 @@ def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer
         }
     )
     info = {"reads_done": reads.n_read, "reads_reused": reads.n_reused, "read_cache": str(cache.directory),
-            "reader_batch_size": reader.batch_size, "reader_max_batch_tokens": reader.max_batch_tokens}
+            "reader_batch_size": reader.batch_shape(reader.device_)[0] if hasattr(reader, "device_") else reader.batch_size,
+            "reader_max_batch_tokens": reader.batch_shape(reader.device_)[1] if hasattr(reader, "device_") else reader.max_batch_tokens}
     split = error_split(answers, qs.answers, recall, queries.language)
     summary["errors"] = split["summary"]
     per_query = {"ids": list(qs.question_ids), **{name: v for name, v in scores.items()},

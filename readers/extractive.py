@@ -243,10 +243,7 @@ class ExtractiveReader:
     num_threads: CPU threads for torch (default: the cores this process may use).
     pairs_per_chunk: pairs tokenized together; each chunk's reads are added to
         the cache as soon as they are done.
-    compile: run the model through ``torch.compile(dynamic=True)`` (TorchInductor
-        fuses the element-wise work around the matmuls: measured 1.13x CPU
-        passages/s on MiniLM-L6 with identical answers, after a one-off compile
-        of about 25 CPU seconds; worth it for runs of thousands of reads).
+
     progress: show a tqdm bar over windows.
 
     Nothing is loaded until the first :meth:`read_pairs` (or :meth:`load`).
@@ -266,7 +263,6 @@ class ExtractiveReader:
         num_threads: int | None = None,
         pairs_per_chunk: int = 4096,
         progress: bool = True,
-        compile: bool = False,
     ):
         self.model = model
         self.max_length = max_length
@@ -280,7 +276,6 @@ class ExtractiveReader:
         self.num_threads = num_threads
         self.pairs_per_chunk = pairs_per_chunk
         self.progress = progress
-        self.compile = compile
 
     # ------------------------------------------------------------------ setup
     @property
@@ -385,7 +380,7 @@ class ExtractiveReader:
         return (self._label, self.max_length, self.stride, self.max_answer_tokens, self.max_question_tokens, self.dtype, str(self.device))
 
     def _model_settings(self) -> tuple:
-        return (self._label, self.dtype, str(self.device), bool(self.compile))
+        return (self._label, self.dtype, str(self.device))
 
     def identity(self) -> str:
         """Model identity + every parameter that changes a read (the cache-key prefix).
@@ -441,8 +436,6 @@ class ExtractiveReader:
         if device == "cpu" and dtype == "bfloat16" and not hardware.cpu_has_native_bf16():
             warn(f"reader dtype bfloat16 on a CPU without native bf16 ({hardware.cpu_model()}): emulated, "
                  f"several times slower than float32")
-        if self.compile:
-            model = torch.compile(model, dynamic=True)
         self.tokenizer_ = tokenizer
         self.model_ = model
         self.device_ = device
