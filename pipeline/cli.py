@@ -78,11 +78,11 @@ def add_retriever_options(group) -> None:
     group.add_argument("--ef-search", type=int, help="HNSW search breadth efSearch (default 128)")
     group.add_argument("--dense-index-dir", help="prebuilt FAISS index to search instead of encoding the corpus: a directory "
                        "in Pyserini's layout (index + docid) or a Pyserini prebuilt dense index name")
-    group.add_argument("--fusion-opt", action="append", default=[], metavar="KEY=VALUE", help="option of a fused retriever (repeatable)")
     group.add_argument("--query-prompt", help="dense query prompt: a prompt name of the model or a literal prefix; '' for none"
                        " (default: the model's config_sentence_transformers.json prompts, else its family's, e.g. e5 'query: ')")
     group.add_argument("--passage-prompt", help="dense passage prompt, as --query-prompt (e5: 'passage: ');"
                        " per member of a fused spec: dense:MODEL[query_prompt=...,passage_prompt=...]")
+    group.add_argument("--fusion-opt", action="append", default=[], metavar="KEY=VALUE", help="option of a fused retriever (repeatable)")
 
 
 def dense_prompt_options(args) -> dict:
@@ -267,7 +267,7 @@ def write_manifest(out: Path, *, command: str, config: dict, seed: int | None, s
         "versions": versions(),
         "timings_s": timings,
         "peak_rss_mb": peak_rss_mb(),
-        "host": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "host": {"platform": platform.platform(), "cpus": os.cpu_count(), **_hardware()},
         "finished": _dt.datetime.now().isoformat(timespec="seconds"),
     }
     if extra:

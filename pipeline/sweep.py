@@ -444,7 +444,7 @@ def level_fingerprints(args, plan: SweepPlan, rows: np.ndarray, reader_identity:
     left the fingerprint carry it, and still resume under the batch size they were made with.
     """
     current = level_fingerprint(args, plan, rows, reader_identity, seed)
-    legacy = level_fingerprint(args, plan, rows, reader_identity, seed, legacy_batch_size=args.reader_batch_size)
+    legacy = level_fingerprint(args, plan, rows, reader_identity, seed, legacy_batch_size=args.reader_batch_size or 32)  # levels saved before batches followed the device
     return [current, legacy]
 
 
