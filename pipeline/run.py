@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--retriever", default="bm25", help="bm25, dense[:MODEL], or METHOD:a+b (rrf, fuse-minmax, fuse-zscore, fuse-sum, route, route-stat, mrrank)")
     g.add_argument("--depth", type=int, default=1000, help="results retrieved per query (metrics are computed within it)")
     add_retriever_options(g)
-    g.add_argument("--encoder-token-budget", type=int, default=16384, help="padded tokens per encoder batch (halved on CUDA out-of-memory)")
+    g.add_argument("--encoder-token-budget", type=int, default=None,
+                   help="padded tokens per encoder batch (default: 2048 on the CPU, 16384 on CUDA; halved on CUDA out-of-memory)")
     g.add_argument("--train-split", default="train", help="split that learned retrievers/selectors are fitted on")
     g.add_argument("--train-limit", type=int, default=5000, help="questions of the training split used for fitting selectors")
     g = p.add_argument_group("reading")

@@ -80,7 +80,7 @@ class DenseRetriever:
         query_prefix: str = "",
         passage_prefix: str = "",
         device: str = "auto",
-        token_budget: int = 16384,
+        token_budget: int | None = None,
         faiss_threads: int | None = 1,
         cache: bool = True,
         shard_texts: int | None = None,
@@ -118,7 +118,7 @@ class DenseRetriever:
             "model": self.model,
             "query_prompt": self.query_prompt if self.query_prompt is not None else (self.query_prefix or None),
             "passage_prompt": self.passage_prompt if self.passage_prompt is not None else (self.passage_prefix or None),
-            "token_budget": int(self.token_budget),
+            "token_budget": None if self.token_budget is None else int(self.token_budget),
             "options": tuple(sorted((self.encoder_options or {}).items())),
         }
 

@@ -132,7 +132,7 @@ def load_encoder(
     device: str = "auto",
     query_prompt: str | None = None,
     passage_prompt: str | None = None,
-    token_budget: int = 16384,
+    token_budget: int | None = None,
     options: Mapping[str, Any] | None = None,
 ):
     """The encoder ``dense:MODEL`` names (see the module docstring), ready to encode.

@@ -99,11 +99,11 @@ class SentenceTransformerEncoder:
     """
 
     def __init__(self, model: str | None = None, *, device: str = "auto", query_prompt: str | None = None,
-                 passage_prompt: str | None = None, token_budget: int = 16384):
+                 passage_prompt: str | None = None, token_budget: int | None = None):
         self.path = resolve_encoder(model)
         self.model = load_sentence_encoder(self.path, resolve_device(device))
         self.name = str(model) if model else Path(self.path).name
-        self.token_budget = int(token_budget)
+        self.token_budget = None if token_budget is None else int(token_budget)
         prompts = dict(getattr(self.model, "prompts", None) or {})
         default = getattr(self.model, "default_prompt_name", None)
         fam = family_prompts(model) or family_prompts(self.path)
