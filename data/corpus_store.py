@@ -361,23 +361,9 @@ def cached_store(
 # ------------------------------------------------------------ content digests
 def file_digest(path: str | os.PathLike) -> str:
     """SHA-256 of a file's bytes, remembered by (path, size, mtime) so a large file is hashed once."""
-    from data.io import atomic_path, cache_dir, sha256_file
+    from data.io import remembered_sha256_file
 
-    path = Path(path).resolve()
-    st = path.stat()
-    stamp = hashlib.sha256(f"{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:32]
-    memo = cache_dir("corpus_store", "digests") / f"{stamp}.txt"
-    if memo.is_file():
-        digest = memo.read_text().strip()
-        if len(digest) == 64:
-            return digest
-    digest = sha256_file(path)
-    try:
-        with atomic_path(memo) as tmp:
-            tmp.write_text(digest + "\n")
-    except UserError:
-        pass
-    return digest
+    return remembered_sha256_file(Path(path))
 
 
 def tree_digest(paths: Sequence[Path], root: Path) -> str:

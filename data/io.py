@@ -236,3 +236,19 @@ def staged_outputs(out_dir: str | os.PathLike, last: str = "metrics.json") -> It
                 raise UserError(f"{dst}: write failed ({e.strerror or e})") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def remembered_sha256_file(path: Path) -> str:
+    """sha256 of a file, remembered in the cache by (real path, size, mtime) so a big file is hashed once."""
+    st = path.stat()
+    memo = cache_dir("sha256") / (sha256_text(str(path.resolve()), st.st_size, st.st_mtime_ns)[:32] + ".txt")
+    if memo.is_file():
+        digest = memo.read_text().strip()
+        if len(digest) == 64:
+            return digest
+    digest = sha256_file(path)
+    try:
+        write_text(memo, digest + "\n")
+    except UserError:
+        pass
+    return digest

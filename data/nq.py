@@ -57,6 +57,7 @@ from typing import Iterable, Iterator
 from urllib.parse import parse_qs, urlparse
 
 from data.errors import UserError
+from data.io import remembered_sha256_file
 from data.types import Dataset
 
 NQ_LOCAL = {
@@ -317,24 +318,6 @@ def iter_nq_records(files: Iterable[Path]) -> Iterator[dict]:
             raise UserError(f"{path}: cannot read ({e})") from None
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, remembered in the cache by (real path, size, mtime) so big NQ files hash once."""
-    from data.io import cache_dir, sha256_file, sha256_text, write_text
-
-    st = path.stat()
-    memo = cache_dir("sha256") / (sha256_text(str(path.resolve()), st.st_size, st.st_mtime_ns)[:32] + ".txt")
-    if memo.is_file():
-        digest = memo.read_text().strip()
-        if len(digest) == 64:
-            return digest
-    digest = sha256_file(path)
-    try:
-        write_text(memo, digest + "\n")
-    except UserError:
-        pass
-    return digest
-
-
 def _local_nq(split: str, data_dir: Path | None) -> Path | None:
     if data_dir is None and os.environ.get("QA_DATA_DIR"):
         data_dir = Path(os.environ["QA_DATA_DIR"])
@@ -363,7 +346,7 @@ def nq_squad(split: str, *, data_dir: Path | None = None, data_file: Path | None
     if path is None:
         return _nq_squad_from_hub(split, data_dir, stats)
     files = nq_files(path)
-    sources = {str(p): file_sha256(p) for p in files}
+    sources = {str(p): remembered_sha256_file(p) for p in files}
     key = sha256_text(CONVERTER_VERSION, sorted(sources.values()))[:24]
     cached = cache_dir("nq") / f"{key}.json.gz"
     if cached.is_file():
@@ -430,5 +413,5 @@ def load_reqa_nq(split: str, *, data_dir: Path | None = None, data_file: Path | 
 
     if path is None:
         return build()
-    digests = sorted(file_sha256(p) for p in nq_files(path))
+    digests = sorted(remembered_sha256_file(p) for p in nq_files(path))
     return cached_build(["reqa_nq", CONVERTER_VERSION, split, digests], build)
