@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+import hardware
 from data.errors import UserError
 from eval.tradeoff import bootstrap_means, bootstrap_weights, gaps, percentile_interval, regret, size_weights
 from tests.conftest import READER, ROOT
@@ -280,11 +281,17 @@ EXPECTED_FULL_SWEEP_ALL_EVERY100 = {
 }
 
 
+# bf16 as the full sweep read it, where the CPU has native bf16; elsewhere bf16 is emulated (about 5x slower
+# than float32) and float32 reads differ from the bf16 ones by one question of 106 at n >= 2 (measured), inside
+# the two-question tolerance below
+HEADLINE_DTYPE = "bfloat16" if hardware.cpu_has_native_bf16() else "float32"
+
+
 def test_headline_full_sweep_on_a_slice(tmp_path):
     out = tmp_path / "out"
     proc = run_sweep("--dataset", "squad_open", "--reader", READER, "--retriever", "bm25", "--n", "1-5", "--corpus-sizes", "all",
-                     "--seeds", "1", "--every", "100", "--reader-dtype", "bfloat16", "--no-ordinal", "--no-plots",
-                     "--bootstrap", "100", "--metrics", "em,f1", "--out", out)  # bf16 as the full sweep read (emulated, slow, on AVX2-only CPUs)
+                     "--seeds", "1", "--every", "100", "--reader-dtype", HEADLINE_DTYPE, "--no-ordinal", "--no-plots",
+                     "--bootstrap", "100", "--metrics", "em,f1", "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["questions"] == 106 and summary["corpus_sizes"] == [20963]
@@ -293,7 +300,7 @@ def test_headline_full_sweep_on_a_slice(tmp_path):
     expected = EXPECTED_FULL_SWEEP_ALL_EVERY100
     for n in range(1, 6):
         row = rows[f"top:{n}"]
-        # retrieval is exact; bf16 reading may differ by a question on a CPU without native bf16
+        # retrieval is exact; reading may differ by a question or two (bf16 vs float32, or bf16 kernels per CPU)
         assert float(row["answer_recall_mean"]) == pytest.approx(expected["answer_recall"][n - 1], abs=1e-5)
         assert 100 * float(row["em_mean"]) == pytest.approx(expected["em"][n - 1], abs=2 * 100 / 106 + 1e-3)  # expected: percent
         assert 100 * float(row["f1_mean"]) == pytest.approx(expected["f1"][n - 1], abs=2 * 100 / 106 + 1e-3)
