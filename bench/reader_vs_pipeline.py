@@ -207,13 +207,10 @@ def main(argv=None) -> None:
     rate = {side: n / seconds[side] for side in sides}
     best_pipe = max((k for k in sides if k.startswith("pipeline")), key=lambda k: rate[k])
     windows, tokens = reader.batch_shape(reader.device_)
-    from readers.extractive import _batches
+    from reader_batch import executed_lengths
 
-    enc = reader.tokenizer_(reader._cut_questions(questions), contexts, truncation="only_second", max_length=args.max_length,
-                            stride=args.stride, return_overflowing_tokens=True, padding=False)
-    lengths = np.array([len(x) for x in enc["input_ids"]])
-    ordered = lengths[np.argsort(-lengths, kind="stable")]
-    padded = [int(ordered[b].max()) for b in _batches(ordered, windows, tokens) for _ in range(b.stop - b.start)]
+    padded, lengths = executed_lengths(reader, questions, contexts, windows, tokens)
+    lengths = np.asarray(lengths)
     flops = _machine.encoder_flops(AutoConfig.from_pretrained(args.model), padded)
     print(
         f"\nSQuAD v1.1 dev, gold paragraph, {n} questions; model {args.model}\n"

@@ -415,7 +415,7 @@ class ExtractiveReader:
         source, revision = self._source_
         device, dtype = self._resolve_device_dtype()
         if device == "cpu":
-            torch.set_num_threads(int(self.num_threads or _available_cores()))
+            torch.set_num_threads(int(self.num_threads or hardware.available_cores()))
         try:
             tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
         except Exception as err:
@@ -625,10 +625,6 @@ def _as_texts(values, name: str) -> list[str]:
         if not isinstance(v, str):
             raise UserError(f"read_pairs {name}[{i}]: expected a string, got {type(v).__name__}")
     return values
-
-
-def _available_cores() -> int:
-    return hardware.available_cores()
 
 
 _DIR_HASHES: dict[tuple, str] = {}

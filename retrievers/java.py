@@ -19,6 +19,7 @@ keeps only a batch of primitive result arrays on it.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import importlib.util
@@ -252,16 +253,23 @@ def _quiet_java_logging() -> None:
         pass
 
 
-def import_pyserini_lucene():
-    """Import and return ``pyserini.search.lucene`` and ``pyserini.index.lucene``."""
+@contextlib.contextmanager
+def pyserini_import_env():
+    """Start the JVM and set a placeholder ``OPENAI_API_KEY`` (when none is set) while Pyserini modules import."""
     ensure_jvm()
-    added = "OPENAI_API_KEY" not in os.environ or not os.environ["OPENAI_API_KEY"]
+    added = not os.environ.get("OPENAI_API_KEY")
     if added:
         os.environ["OPENAI_API_KEY"] = "unused-dummy"
     try:
-        import pyserini.index.lucene as index_lucene
-        import pyserini.search.lucene as search_lucene
+        yield
     finally:
         if added:
             os.environ.pop("OPENAI_API_KEY", None)
+
+
+def import_pyserini_lucene():
+    """Import and return ``pyserini.search.lucene`` and ``pyserini.index.lucene``."""
+    with pyserini_import_env():
+        import pyserini.index.lucene as index_lucene
+        import pyserini.search.lucene as search_lucene
     return search_lucene, index_lucene

@@ -226,17 +226,10 @@ def test_bad_factory_string_fails_before_encoding(slice_):
 
 # --------------------------------------------------------- prebuilt layouts
 def _pyserini_faiss():
-    from retrievers.java import ensure_jvm
+    from retrievers.java import pyserini_import_env
 
-    ensure_jvm()
-    added = not os.environ.get("OPENAI_API_KEY")
-    if added:
-        os.environ["OPENAI_API_KEY"] = "unused-dummy"
-    try:
+    with pyserini_import_env():
         from pyserini.search.faiss import FaissSearcher
-    finally:
-        if added:
-            os.environ.pop("OPENAI_API_KEY", None)
     return FaissSearcher
 
 
