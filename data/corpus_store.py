@@ -215,7 +215,7 @@ class StoreColumn(Sequence):
                 raise IndexError(f"corpus row {index} out of range 0..{n - 1}")
             return self.store.value(self.name, i if self.rows is None else int(self.rows[i]))
         if isinstance(index, slice):
-            idx = np.arange(len(self))[index]
+            idx = np.arange(*index.indices(len(self)), dtype=np.int64)  # only the slice's rows
         else:
             idx = np.asarray(index)
             if idx.dtype == bool:

@@ -130,16 +130,27 @@ class DenseRetriever:
             self.encoder_info_ = encoder_info(encoder)  # what the manifest records
         return encoder
 
-    def _texts(self, corpus: Corpus) -> list[str]:
+    def _texts(self, corpus: Corpus) -> Sequence[str]:
+        """What is encoded per corpus row (the encoder adds its passage prompt).
+
+        Store-backed corpora stay lazy: the store's column itself, or a view
+        that joins sentence and context per slice, so the shards read their
+        rows from disk and no list of N strings is built.
+        """
         if self.field not in FIELDS:
             raise UserError(f"dense field {self.field!r} unknown; use one of {', '.join(FIELDS)}")
-        if self.field == "sentence":
-            texts = corpus.texts
-        elif self.field == "context":
-            texts = [c or t for t, c in zip(corpus.texts, corpus.contexts)]
-        else:
-            texts = [f"{t} {c}" if c and c != t else t for t, c in zip(corpus.texts, corpus.contexts)]
-        return list(texts)  # the encoder adds its passage prompt
+        lazy = corpus.content_key is not None and hasattr(corpus.texts, "take")
+        if self.field == "sentence" or (lazy and corpus.contexts is corpus.texts):
+            return corpus.texts if lazy else list(corpus.texts)
+        if lazy:
+            return FieldTexts(corpus.texts, corpus.contexts, self.field)
+        return FieldTexts(list(corpus.texts), list(corpus.contexts), self.field)[:]
+
+    def _texts_key(self, corpus: Corpus, texts: Sequence[str]) -> str:
+        """The texts' part of the embeddings key: every text, or the store's content key and the field."""
+        if corpus.content_key is not None and hasattr(corpus.texts, "take"):
+            return sha256_text("store", corpus.content_key, self.field, len(texts))
+        return sha256_text(list(texts))
 
     def encode_corpus(self, corpus: Corpus) -> np.ndarray:
         """Corpus embeddings [N, D] as one in-memory array (see :meth:`embedding_shards`)."""
@@ -158,7 +169,10 @@ class DenseRetriever:
         """
         texts = self._texts(corpus)
         encoder = self._encoder()
-        key = sha256_text("dense-v3", encoder.identity(), self.encode_precision(), texts)[:24]
+        if isinstance(texts, list):  # the key every earlier cache was written under
+            key = sha256_text("dense-v3", encoder.identity(), self.encode_precision(), texts)[:24]
+        else:
+            key = sha256_text("dense-v3", encoder.identity(), self.encode_precision(), self._texts_key(corpus, texts))[:24]
         ranges = shard_ranges(len(texts), self.shard_texts)
         self.embeddings_key_ = key if self.cache else None
         if not self.cache:
@@ -262,6 +276,26 @@ def _maybe_gpu(index, device: str):
     :func:`retrievers.faiss_index.to_gpu`.
     """
     return to_gpu(index, resolve_device(device))
+
+
+class FieldTexts(Sequence):
+    """Per-row "context" or "sentence+context" texts over two (possibly store-backed) columns, joined per slice."""
+
+    def __init__(self, texts: Sequence[str], contexts: Sequence[str], field: str):
+        self.texts, self.contexts, self.field = texts, contexts, field
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def _join(self, t: str, c: str) -> str:
+        if self.field == "context":
+            return c or t
+        return f"{t} {c}" if c and c != t else t
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self._join(t, c) for t, c in zip(self.texts[index], self.contexts[index])]
+        return self._join(self.texts[index], self.contexts[index])
 
 
 def shard_ranges(n: int, shard_texts: int | None = None) -> list[tuple[int, int]]:

@@ -176,6 +176,32 @@ def test_dpr_tsv_store_is_lazy_and_matches_the_file(files):
     assert manifest.stat().st_mtime_ns == stamp
 
 
+def test_dense_over_the_store_reads_rows_lazily_and_ranks_as_in_memory(files, tmp_path, monkeypatch):
+    """Dense retrieval encodes a store-backed corpus shard by shard from disk (no list of N texts) and
+    ranks exactly as over the same texts held in memory; its embeddings key is the store's content key."""
+    from data.corpus_store import StoreColumn
+    from data.registry import load_dataset
+    from data.types import Corpus
+    from retrievers.dense import DenseRetriever
+
+    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "cache"))
+    corpus = load_dataset(f"open:{files['tsv']}+{files['qa']}", "dev").corpus
+    view = corpus.subset(np.arange(0, len(corpus), 2))
+    questions = [q for q, _ in files["questions"][:20]]
+    lazy = DenseRetriever(shard_texts=16)
+    assert isinstance(lazy._texts(view), StoreColumn)  # what the shards slice: the store's column
+    for field in ("context", "sentence+context"):
+        assert not isinstance(DenseRetriever(field=field)._texts(view), list)
+    got = lazy.index(view).search(questions, 10)
+    texts = view.texts[:]
+    plain = Corpus(ids=view.ids[:], texts=texts, contexts=texts, paragraph_ids=view.paragraph_ids)
+    want = DenseRetriever(shard_texts=16).index(plain).search(questions, 10)
+    assert np.array_equal(got.ids, want.ids)
+    np.testing.assert_allclose(got.scores, want.scores, rtol=1e-5, atol=1e-6)
+    assert lazy.encode_stats_["shards"] == -(-len(view) // 16)
+    assert lazy.embeddings_key_ != DenseRetriever(shard_texts=16).index(corpus).embeddings_key_
+
+
 def test_pyserini_collection_and_config_file_give_the_same_corpus(files, tmp_path):
     from data.registry import load_dataset
 
