@@ -305,7 +305,7 @@ def sample_training_questions(dataset: Dataset, limit: int | None, seed: int) ->
 
 
 # ------------------------------------------------------------- open datasets
-def load_open(split, *, data_dir, data_file, arg=None, skip_bad_records=False) -> Dataset:
+def load_open(split, *, data_dir, data_file, arg=None, skip_bad_records=False, language=None) -> Dataset:
     """``open:CORPUS+QUESTIONS``: any passage corpus x any question set (see :mod:`data.open_sources`).
 
     The corpus goes through the out-of-core store (:mod:`data.corpus_store`):
@@ -313,7 +313,9 @@ def load_open(split, *, data_dir, data_file, arg=None, skip_bad_records=False) -
     is decided after retrieval, as DPR and Pyserini decide it: the retrieved
     passages that have an answer (``Queries.answer_match``), plus the gold
     passage ids the question set itself gives (DPR's positive contexts).
-    ``--data-file`` replaces the question file.
+    ``--data-file`` replaces the question file.  ``language`` (``--language``,
+    default English) is the language of corpus and questions: BM25's analyzer
+    (Thai: pre-tokenized with newmm) and the answer metrics follow it.
     """
     from data.open_sources import parse_open_spec
 
@@ -321,7 +323,8 @@ def load_open(split, *, data_dir, data_file, arg=None, skip_bad_records=False) -
     store, corpus_sources = open_corpus_store(spec.corpus, skip_bad_records)
     questions, q_sources, q_skipped = load_open_questions(spec.questions, split, data_dir=data_dir,
                                                           data_file=data_file, skip_bad_records=skip_bad_records)
-    corpus = store.corpus()
+    language = language or "en"
+    corpus = store.corpus(language=language)
     wanted = [g for q in questions for g in q.gold_ids]
     row_of = store.rows_of_ids(wanted + [f"wiki:{g}" for g in wanted] + [g[5:] for g in wanted if g.startswith("wiki:")])
 
@@ -338,7 +341,7 @@ def load_open(split, *, data_dir, data_file, arg=None, skip_bad_records=False) -
     queries = Queries(
         ids=list(ids), texts=[q.text for q in questions], gold=[g.copy() for g in known_gold],
         question_keys=list(ids), question_ids=list(ids), answers=[q.answers for q in questions],
-        answer_match=spec.match, known_gold=known_gold,
+        answer_match=spec.match, known_gold=known_gold, language=language,
     )
     if len(set(ids)) != len(ids):
         raise UserError(f"open: the question ids of {spec.questions.path} are not unique")

@@ -12,12 +12,13 @@ exactly which file to put where.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import pickle
 from pathlib import Path
 
 from data.errors import UserError
-from data.types import Dataset
+from data.types import LANGUAGES, Dataset
 
 # name or "prefix:" -> "module:function"; each is called as
 # fn(split, *, data_dir, data_file, arg, skip_bad_records) -> Dataset
@@ -51,26 +52,39 @@ def load_dataset(
     data_file: str | Path | None = None,
     skip_bad_records: bool = False,
     answer_match: str | None = None,
+    language: str | None = None,
 ) -> Dataset:
     """Build (or load from cache) the dataset ``name`` for ``split``.
 
     ``answer_match`` (``string``/``regex``) overrides how an ``open:`` dataset
-    decides answer-bearing passages (``--answer-match``).
+    decides answer-bearing passages (``--answer-match``).  ``language``
+    (``--language``: ``auto``/``None``, ``en`` or ``th``) sets the language of
+    datasets that can be in either (``squad_file:``, ``open:``; default:
+    detected from the text / English); a dataset of a fixed language refuses
+    the other one.
     """
     split = SPLIT_ALIASES.get(split, split)
+    language = check_language(language)
     target, arg = _resolve(name)
     module, func = target.split(":")
     try:
         loader = getattr(importlib.import_module(module), func)
     except (ImportError, AttributeError) as e:
         raise UserError(f"dataset {name!r}: its loader {target} is not available ({e})") from None
+    kwargs = {}
+    if language is not None and "language" in inspect.signature(loader).parameters:
+        kwargs["language"] = language
     ds = loader(
         split,
         data_dir=Path(data_dir) if data_dir else default_data_dir(),
         data_file=Path(data_file) if data_file else None,
         arg=arg,
         skip_bad_records=skip_bad_records,
+        **kwargs,
     )
+    if language is not None and ds.corpus.language != language:
+        raise UserError(f"--language {language}: dataset {name!r} is {ds.corpus.language!r} text "
+                        "(--language applies to squad_file: and open: datasets)")
     if len(ds.corpus) == 0:
         raise UserError(f"dataset {name!r} split {split!r}: the corpus is empty")
     if len(ds.queries) == 0:
@@ -83,6 +97,16 @@ def load_dataset(
         ds.queries.answer_match = answer_match
         ds.sources["answer_match"] = answer_match
     return ds
+
+
+def check_language(language: str | None) -> str | None:
+    """``--language``: None for ``auto``/unset, else ``en`` or ``th`` (the languages the answer metrics define)."""
+    if language is None or str(language).strip().lower() in ("", "auto"):
+        return None
+    code = str(language).strip().lower()
+    if code not in LANGUAGES:
+        raise UserError(f"--language {language!r}: use auto, {', '.join(LANGUAGES)}")
+    return code
 
 
 def _resolve(name: str) -> tuple[str, str | None]:
@@ -229,12 +253,14 @@ def load_reqa_squad(split, *, data_dir, data_file, arg=None, skip_bad_records=Fa
     return cached_build(["reqa_squad", split, digest, skip_bad_records], build)
 
 
-def load_squad_file(split, *, data_dir, data_file, arg=None, skip_bad_records=False) -> Dataset:
+def load_squad_file(split, *, data_dir, data_file, arg=None, skip_bad_records=False, language=None) -> Dataset:
     """Any SQuAD v1.1-format file as a ReQA-style sentence dataset (``squad_file:PATH``).
 
     A file whose paragraphs are mostly Thai script (XQuAD-th, iapp-style files)
     is split with the Thai rules (:func:`data.thai.build_thai_reqa`) and marked
-    ``language="th"`` (BM25 then pre-tokenizes with newmm).
+    ``language="th"`` (BM25 then pre-tokenizes with newmm).  ``language``
+    (``--language``) replaces the detection: ``th`` splits with the Thai rules,
+    any other code with ReQA's splitter and marks the dataset that language.
     """
     from data.io import sha256_file
     from data.reqa import build_reqa
@@ -247,8 +273,9 @@ def load_squad_file(split, *, data_dir, data_file, arg=None, skip_bad_records=Fa
 
     def build():
         squad, sources = load_squad_counted(path, digest, skip_bad_records)
-        if squad_language(squad) == "th":
+        lang = language or squad_language(squad)
+        if lang == "th":
             return build_thai_reqa(squad, name=f"squad_file:{path.name}", split=split, sources=sources)
-        return build_reqa(squad, name=f"squad_file:{path.name}", split=split, sources=sources)
+        return build_reqa(squad, name=f"squad_file:{path.name}", split=split, sources=sources, language=lang)
 
-    return cached_build(["squad_file", digest, skip_bad_records, "language-detected"], build)
+    return cached_build(["squad_file", digest, skip_bad_records, f"language-{language}" if language else "language-detected"], build)

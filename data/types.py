@@ -12,6 +12,9 @@ from typing import Sequence
 
 import numpy as np
 
+# the languages a dataset can be in: the answer metrics (eval.answer_metrics) and BM25 analysis know them
+LANGUAGES = ("en", "th")
+
 
 def take_rows(seq, rows: np.ndarray):
     """``seq`` at ``rows``: a lazy view when ``seq`` is store-backed (has ``take``), else a list."""

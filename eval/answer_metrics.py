@@ -39,8 +39,8 @@ from typing import Sequence
 import numpy as np
 
 from data.errors import UserError
+from data.types import LANGUAGES
 
-LANGUAGES = ("en", "th")
 METRICS = ("em", "f1", "rouge_l", "meteor")
 
 _PUNCTUATION = frozenset(string.punctuation)

@@ -56,6 +56,9 @@ def add_source_args(group) -> None:
     group.add_argument("--data-dir", help="local data directory (default: $QA_DATA_DIR)")
     group.add_argument("--data-file", help="explicit dataset file")
     group.add_argument("--skip-bad-records", action="store_true", help="skip (and count) invalid records instead of failing")
+    group.add_argument("--language", default="auto", help="language of squad_file: and open: datasets: auto (squad_file: detected"
+                       " from the text, open: English), en or th (Thai: ReQA sentences split with the Thai rules, BM25"
+                       " pre-tokenized with newmm, Thai answer metrics)")
     group.add_argument("--answer-match", choices=["string", "regex"], help="open: datasets: how an answer-bearing passage is decided (string: DPR has_answer; regex: CuratedTREC patterns); default: the dataset spec's")
 
 

@@ -20,11 +20,13 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir")
     p.add_argument("--data-file")
     p.add_argument("--limit", type=int, help="export only the first N questions (the corpus stays whole)")
+    p.add_argument("--language", default="auto", help="language of squad_file: and open: datasets (auto, en, th)")
     p.add_argument("--config")
     args = parse_with_config(p, argv)
     from data.registry import load_dataset
 
-    ds = limit_queries(load_dataset(args.dataset, args.split, data_dir=args.data_dir, data_file=args.data_file), args.limit)
+    ds = limit_queries(load_dataset(args.dataset, args.split, data_dir=args.data_dir, data_file=args.data_file,
+                                   language=args.language), args.limit)
     out = make_out_dir(args.out, f"export-{args.dataset}-{args.split}")
     with staged_outputs(out, last="manifest.json") as stage:  # a failed export leaves nothing half-written
         counts = export_beir(ds, stage)

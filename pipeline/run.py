@@ -213,7 +213,8 @@ def run(args, engine) -> int:
             reader = prepare_reader(make_reader(args), engine)  # a bad model name/path fails before retrieval
     with timer("load_data"):
         dataset = load_dataset(args.dataset, args.split, data_dir=args.data_dir, data_file=args.data_file,
-                               skip_bad_records=args.skip_bad_records, answer_match=getattr(args, "answer_match", None))
+                               skip_bad_records=args.skip_bad_records, answer_match=getattr(args, "answer_match", None),
+                               language=getattr(args, "language", None))
         dataset = limit_queries(dataset, args.limit)
     depth = args.depth
     if depth > len(dataset.corpus):
@@ -232,7 +233,8 @@ def run(args, engine) -> int:
     if needs_fit(retriever) or (selector is not None and getattr(selector, "learned", False)):
         with timer("load_train"):
             train = load_dataset(args.dataset, args.train_split, data_dir=args.data_dir,
-                                 skip_bad_records=args.skip_bad_records, answer_match=getattr(args, "answer_match", None))
+                                 skip_bad_records=args.skip_bad_records, answer_match=getattr(args, "answer_match", None),
+                                 language=getattr(args, "language", None))
     if args.reader and not dataset.queries.has_answers:
         from data.beir import NO_ANSWERS_MESSAGE
 

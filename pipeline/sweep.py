@@ -486,7 +486,8 @@ def run_sweep(args, out: Path, timer: Timer) -> dict:
         raise UserError("--reader is required (a QA checkpoint path or alias)")
     with timer("load_data"):
         dataset = load_dataset(args.dataset, args.split, data_dir=args.data_dir, data_file=args.data_file, skip_bad_records=args.skip_bad_records,
-                               answer_match=getattr(args, "answer_match", None))
+                               answer_match=getattr(args, "answer_match", None),
+                               language=getattr(args, "language", None))
         dataset = limit_queries(every_kth_question(dataset, args.every), args.limit)
     if not dataset.queries.has_answers:
         raise UserError(f"dataset {dataset.name!r} has no answer strings: a reading sweep needs answers")
@@ -502,7 +503,8 @@ def run_sweep(args, out: Path, timer: Timer) -> dict:
     if not args.no_ordinal or fit_train:
         with timer("load_train"):
             train = load_dataset(args.dataset, args.train_split, data_dir=args.data_dir, skip_bad_records=args.skip_bad_records,
-                                 answer_match=getattr(args, "answer_match", None))
+                                 answer_match=getattr(args, "answer_match", None),
+                                 language=getattr(args, "language", None))
         train_sample = sample_training_questions(train, args.train_limit, args.train_seed)
     levels: dict[tuple[int, int], LevelResult] = {}
     bertscore = sweep_bertscore(args, dataset.queries.language)

@@ -193,6 +193,36 @@ def test_xquad_thai_squad_file_is_split_with_thai_rules(tmp_path, monkeypatch):
     assert en.corpus.language == "en"
 
 
+def test_language_flag_overrides_detection_and_is_refused_where_fixed(tmp_path, monkeypatch, capsys):
+    """--language th|en replaces squad_file:'s detection (and its cache entry); a fixed-language dataset
+    refuses the other language, an unknown code is one error line with exit 2."""
+    from data.errors import UserError
+    from data.registry import load_dataset
+    from pipeline.run import main
+
+    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "cache"))
+    squad = json.loads((DATA / "xquad" / "xquad.th.json").read_text(encoding="utf-8"))
+    squad["data"] = squad["data"][:2]
+    path = tmp_path / "xquad_th_small.json"
+    path.write_text(json.dumps(squad, ensure_ascii=False), encoding="utf-8")
+    detected = load_dataset(f"squad_file:{path}", "dev")
+    forced_th = load_dataset(f"squad_file:{path}", "dev", language="th")
+    as_english = load_dataset(f"squad_file:{path}", "dev", language="en")
+    assert detected.corpus.language == forced_th.corpus.language == "th"
+    assert list(forced_th.corpus.texts) == list(detected.corpus.texts)
+    assert as_english.corpus.language == as_english.queries.language == "en"
+    # ReQA's English splitter finds no sentence ends in Thai text: far fewer, longer candidates
+    assert len(as_english.corpus) < len(detected.corpus)
+    assert load_dataset(f"squad_file:{path}", "dev", language="auto").corpus.language == "th"
+    with pytest.raises(UserError, match="--language th: dataset 'reqa_squad' is 'en'"):
+        load_dataset("reqa_squad", "dev", data_dir=DATA, language="th")
+    capsys.readouterr()  # the loads' progress lines
+    assert main(["--dataset", f"squad_file:{path}", "--language", "de", "--retriever", "bm25",
+                 "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --language 'de': use auto, en, th"] and not (tmp_path / "run").exists()
+
+
 # ------------------------------------------------- retrieval regression slice
 # MRR on the slice below, from a run of this test (README: the full-test table and its commands)
 EXPECTED_SLICE = {"bm25": 0.6804, "dense:use-multilingual": 0.5031, "rrf": 0.5912, "fuse-zscore": 0.658, "mrrank": 0.6887}
