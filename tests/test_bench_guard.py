@@ -84,3 +84,28 @@ def test_encoder_flops_by_hand(machine):
 def test_matmul_ceiling_is_measured(machine):
     gflops = machine.matmul_ceiling("float32", threads=1, n=128, seconds=0.05)
     assert 0.01 < gflops < 1e5
+
+
+def test_scale_extrapolation_is_at_least_linear_where_the_work_is():
+    """bench/scale.py: a stage whose measured growth is sublinear (fixed costs at small N) is extrapolated
+    linearly when its work is linear in N; the growth it reports stays the measured one."""
+    from bench.scale import LINEAR, extrapolate, report
+
+    growth, at_100 = extrapolate([1, 10], [2.0, 8.0], 100)
+    assert growth == pytest.approx(4.0) and at_100 == pytest.approx(32.0)  # the power law through both points
+    growth, at_100 = extrapolate([1, 10], [2.0, 8.0], 100, min_exponent=1.0)
+    assert growth == pytest.approx(4.0) and at_100 == pytest.approx(80.0)  # linear from the largest size
+    assert extrapolate([1, 10], [2.0, 40.0], 100, min_exponent=1.0)[1] == pytest.approx(800.0)  # steeper stays steeper
+    assert LINEAR == {"store": True, "index": True, "retrieve": True, "read": False}
+    run = {"store": {"stage": "store", "load_s": 1.0, "peak_rss_mib": 100, "passages_per_s": 1000},
+           "index": {"stage": "index", "index_s": 2.0, "peak_rss_mib": 200},
+           "retrieve": {"stage": "retrieve", "search_s": 1.0, "has_answer_s": 1.0, "peak_rss_mib": 300, "dpr": {}},
+           "read": {"stage": "read", "read_s": 5.0, "peak_rss_mib": 400}, "disk": {"store": 2**20, "bm25": 2**20}}
+    big = {k: dict(v) for k, v in run.items()}
+    big["index"]["index_s"] = 4.0  # x2 per 10x measured, x10 extrapolated
+    results = {"args": {"questions": 10, "depth": 5, "read_questions": 2, "threads": 2}, "runs": {"1000": run, "10000": big}}
+    text = report(results, [1000, 10000], 2)
+    index_row = next(line for line in text.splitlines() if line.startswith("| index |") and "hours" not in line and "2.00" in line)
+    assert "| 4.0 |" in index_row  # the measured seconds
+    hours = [line for line in text.splitlines() if line.startswith("| index | ") and line.count("|") == 5][0]
+    assert float(hours.split("|")[2]) == pytest.approx(4.0 * 21_015_324 / 10_000 / 3600, abs=0.01)
