@@ -98,16 +98,21 @@ def size_table(summary: dict, rows: dict, ns: list[int]) -> str:
     """Per corpus size: answer recall@n, answer-bearing count in the top N, EM of top-n, best system."""
     n_max = int(summary["n_max"])
     ns = [n for n in ns if n <= n_max] or [n_max]
+    bearing = summary.get("answer_bearing_by_size") or {}  # uniform levels of a corpus without known gold
     head = (["corpus", "noise ×"] + [f"answer recall@{n}" for n in ns] + [f"answer-bearing in top {n_max}"]
+            + (["questions with an answer-bearing passage retrieved"] if bearing else [])
             + [f"EM top-{n} (%)" for n in ns] + ["best n", "best system (EM %)"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     seeds = len(summary.get("seeds") or [1])
     for size, ratio in zip(summary["corpus_sizes"], summary["noise_ratios"]):
         best = summary["best_n"][str(size)]
         best_system = best.get("best_system", f"top:{best['n']}")
-        cells = [f"{size:,}", f"{ratio:.1f}"]
+        cells = [f"{size:,}", "—" if ratio is None else f"{ratio:.1f}"]  # no known gold: no noise ratio
         cells += [_cell(rows, size, f"top:{n}", "answer_recall", 3, seeds) for n in ns]
         cells += [_cell(rows, size, f"top:{n_max}", "answer_bearing", 2, seeds)]
+        if bearing:
+            found = bearing.get(str(size), {}).get("answer_bearing_questions")
+            cells += ["—" if found is None else f"{found:,.0f} of {summary['questions']:,}"]
         cells += [_cell(rows, size, f"top:{n}", "em", 2, seeds, 100.0) for n in ns]
         best_n = str(best["n"])
         if seeds > 1:  # the n that is best on the seed-averaged EM, then each seed's own best n
@@ -121,8 +126,9 @@ def regret_table(summary: dict, fixed: list[int]) -> str:
     """Regret (EM points: the fractions of summary.json x 100) of the headline systems, with the bootstrap interval."""
     regret = summary["regret"]
     systems = regret["systems"]
-    picks = [("best fixed n", regret["best_fixed"]["system"]), ("best threshold", regret["best_threshold"]["system"]),
-             ("ordinal regression", regret["ordinal"]["system"])]
+    picks = [(label, regret[key]["system"]) for label, key in
+             (("best fixed n", "best_fixed"), ("best threshold", "best_threshold"), ("ordinal regression", "ordinal"))
+             if regret.get(key)]  # --no-ordinal sweeps have no ordinal regression
     picks += [(f"top-{n}", f"top:{n}") for n in fixed if f"top:{n}" in systems]
     picks += [("oracle (reads to the first answer-bearing passage)", "oracle")]
     seeds = len(summary.get("seeds") or [1])

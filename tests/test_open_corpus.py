@@ -394,6 +394,13 @@ def test_open_sweep_uniform_nested_levels(files, tmp_path):
     assert all(0 <= v["answer_bearing_questions"] <= 6 for v in found.values())
     assert found[str(n)]["answer_bearing_questions"] >= 3 and found["50"]["answer_bearing_rows"] <= 6 * 3
     assert (out / "em_vs_corpus_size.png").is_file()
+    from pipeline.sweep_report import report
+
+    table = report(out, [1, 3]).splitlines()  # no noise ratio and no ordinal regression: still a table
+    rows = [line for line in table if line.startswith(f"| {n:,} |")]
+    assert rows and "| — |" in rows[0]
+    assert f"{found[str(n)]['answer_bearing_questions']:,.0f} of 6" in rows[0]
+    assert not any("ordinal" in line for line in table)
     from data.open_domain import corpus_levels
 
     small, large = corpus_levels(n, [], [50, n // 2], seed=1)
