@@ -1,0 +1,175 @@
+"""Mutation testing of the modules that define correctness (mutmut 3): ``python -m tests.mutation MODULE ...``.
+
+Each module is mutated by `mutmut <https://github.com/boxed/mutmut>`_ in a scratch
+copy of the tracked files (``$TMPDIR/qa-mutation/<module>``, so runs of
+different modules can go side by side and the checkout is never touched),
+against only the fast unit tests of that module (``MODULE_TESTS``; mutmut
+then runs, per mutant, only the tests that reach the mutated function).  The
+result is one row per module -- mutants, killed, survived, without a test,
+timeouts, equivalent, score -- printed as Markdown and, with ``--json``, saved.
+
+Score = (killed + timeouts) / (mutants - equivalent).  A mutant no selected test
+reaches counts as surviving.  ``EQUIVALENT`` names mutants that cannot change
+any result, each with the reason (mutmut numbers mutants per function, so a
+name stays valid until that function changes; a stale name is reported).
+
+    python -m tests.mutation eval/retrieval_metrics.py            # one module, its table row
+    python -m tests.mutation eval/retrieval_metrics.py --show     # and the diff of every survivor
+    python -m tests.mutation --all --json docs/mutation.json       # every module of MODULE_TESTS
+
+Not part of CI (minutes per module); ``tests/test_mutation_smoke.py`` runs a
+small module through it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# module -> the unit tests that define its behaviour (fast: seconds per run)
+MODULE_TESTS: dict[str, list[str]] = {
+    "eval/retrieval_metrics.py": ["tests/test_retrieval_metrics.py"],
+    "eval/answer_metrics.py": ["tests/test_answer_metrics.py"],
+    "eval/dpr_accuracy.py": ["tests/test_open_corpus.py::test_has_answer_equals_pyserini_on_non_ascii_text",
+                             "tests/test_open_corpus.py::test_regex_match_equals_pyserini"],
+    "eval/tradeoff.py": ["tests/test_sweep.py::test_regret_on_a_hand_computed_table", "tests/test_sweep.py::test_regret_errors",
+                         "tests/test_sweep.py::test_regret_is_zero_for_a_system_best_everywhere_and_nonnegative",
+                         "tests/test_sweep.py::test_bootstrap_replicates_are_weighted_means"],
+    "data/sentences.py": ["tests/test_reqa_squad.py"],
+    "data/reqa.py": ["tests/test_reqa_squad.py"],
+    "data/squad.py": ["tests/test_reqa_squad.py", "tests/test_bad_input.py"],
+    "data/nq.py": ["tests/test_nq.py"],
+    "selection/top.py": ["tests/test_selectors.py"],
+    "selection/threshold.py": ["tests/test_selectors.py"],
+    "selection/ordinal.py": ["tests/test_selectors.py"],
+    "selection/oracle.py": ["tests/test_selectors.py"],
+    "selection/parse.py": ["tests/test_selectors.py"],
+    "retrievers/rrf.py": ["tests/test_fusion.py"],
+    "retrievers/score_fusion.py": ["tests/test_fusion.py"],
+}
+
+# mutant name -> why it cannot change a result
+EQUIVALENT: dict[str, str] = {}
+
+STATUSES = ("killed", "survived", "no tests", "timeout", "suspicious", "skipped", "not checked", "segfault")
+
+
+def scratch_copy(module: str, tests: list[str], workdir: Path) -> Path:
+    """The tracked files of the checkout in ``workdir``, with a ``[tool.mutmut]`` section for ``module``."""
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True).stdout.decode().split("\0")
+    for name in files:
+        if not name or name.startswith(("docs/img/", "bench/results/")):
+            continue
+        src = ROOT / name
+        if src.is_file():
+            dst = workdir / name
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    packages = sorted({n.split("/", 1)[0] for n in files if n.endswith(".py") and "/" in n and not n.startswith(("tests/", "bench/"))})
+    config = (
+        "\n[tool.mutmut]\n"
+        f"source_paths = {json.dumps(packages)}\n"
+        f"only_mutate = {json.dumps([module])}\n"
+        f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
+        'pytest_add_cli_args = ["-q", "-x", "-p", "no:cacheprovider"]\n'
+    )
+    with open(workdir / "pyproject.toml", "a", encoding="utf-8") as f:
+        f.write(config)
+    return workdir
+
+
+def run_module(module: str, tests: list[str] | None = None, show: bool = False, keep: bool = False) -> dict:
+    """Mutate ``module`` against ``tests`` (default ``MODULE_TESTS[module]``); the module's row."""
+    if not (ROOT / module).is_file():
+        raise SystemExit(f"error: {module}: no such module in the checkout")
+    tests = tests or MODULE_TESTS.get(module)
+    if not tests:
+        raise SystemExit(f"error: {module}: no tests known for it; pass --tests")
+    workdir = Path(tempfile.gettempdir()) / "qa-mutation" / module.replace("/", "_")
+    scratch_copy(module, tests, workdir)
+    env = dict(os.environ)
+    data = Path(env.get("QA_DATA_DIR") or ROOT.parent / "shared" / "data")
+    env["QA_DATA_DIR"] = str(data.resolve() if data.is_absolute() else (ROOT / data).resolve())
+    t0 = time.perf_counter()
+    log = workdir / "mutmut.log"
+    with open(log, "w", encoding="utf-8") as f:
+        rc = subprocess.run([sys.executable, "-m", "mutmut", "run"], cwd=workdir, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+    seconds = time.perf_counter() - t0
+    if rc != 0:
+        raise SystemExit(f"error: mutmut run failed for {module} (exit {rc}); log: {log}")
+    out = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=workdir, env=env,
+                         capture_output=True, text=True, check=True).stdout
+    status: dict[str, str] = {}
+    for line in out.splitlines():
+        name, sep, state = line.strip().rpartition(": ")
+        if sep and state in STATUSES:
+            status[name] = state
+    counts = {s: sum(1 for v in status.values() if v == s) for s in STATUSES}
+    equivalent = [n for n in status if n in EQUIVALENT]
+    stale = [n for n in EQUIVALENT if n.startswith(module[:-3].replace("/", ".") + ".") and n not in status]
+    survivors = [n for n, s in status.items() if s in ("survived", "no tests") and n not in EQUIVALENT]
+    killed = counts["killed"] + counts["timeout"]
+    denominator = len(status) - len(equivalent)
+    row = {"module": module, "tests": tests, "mutants": len(status), "killed": counts["killed"], "timeout": counts["timeout"],
+           "survived": counts["survived"], "no_tests": counts["no tests"], "equivalent": len(equivalent),
+           "score": killed / denominator if denominator else float("nan"), "seconds": round(seconds, 1),
+           "survivors": survivors, "stale_equivalent": stale}
+    if show:
+        for name in survivors:
+            diff = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=workdir, env=env,
+                                  capture_output=True, text=True).stdout
+            print(f"# {name} ({status[name]})\n{diff}")
+    if not keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| module | mutants | killed | timeouts | survived | no test reaches it | equivalent | score |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| `{r['module']}` | {r['mutants']} | {r['killed']} | {r['timeout']} | {r['survived']} | {r['no_tests']} |"
+                     f" {r['equivalent']} | {100 * r['score']:.1f}% |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.mutation", description=__doc__.splitlines()[0])
+    p.add_argument("modules", nargs="*", help="module paths, e.g. eval/retrieval_metrics.py")
+    p.add_argument("--all", action="store_true", help="every module of MODULE_TESTS")
+    p.add_argument("--tests", nargs="+", help="the tests to run against the mutants (default: MODULE_TESTS)")
+    p.add_argument("--show", action="store_true", help="print the diff of every surviving mutant")
+    p.add_argument("--keep", action="store_true", help="keep the scratch copy (mutmut browse/show there)")
+    p.add_argument("--json", help="also write the rows as JSON here")
+    args = p.parse_args(argv)
+    modules = list(MODULE_TESTS) if args.all else args.modules
+    if not modules:
+        p.error("name a module or pass --all")
+    rows = []
+    for module in modules:
+        row = run_module(module, args.tests, args.show, args.keep)
+        rows.append(row)
+        print(f"{module}: {row['killed'] + row['timeout']}/{row['mutants'] - row['equivalent']} killed "
+              f"({100 * row['score']:.1f}%) in {row['seconds']:.0f} s", file=sys.stderr)
+        if row["stale_equivalent"]:
+            print(f"warning: EQUIVALENT names no longer generated: {', '.join(row['stale_equivalent'])}", file=sys.stderr)
+    print(table(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
