@@ -1,8 +1,8 @@
 """Mutation testing of the modules that define correctness (mutmut 3): ``python -m tests.mutation MODULE ...``.
 
 Each module is mutated by `mutmut <https://github.com/boxed/mutmut>`_ in a scratch
-copy of the tracked files (``$TMPDIR/qa-mutation/<module>``, so runs of
-different modules can go side by side and the checkout is never touched),
+copy of the tracked files (a new ``$TMPDIR/qa-mutation/<module>.XXXX`` per run, so
+runs can go side by side and the checkout is never touched),
 against only the fast unit tests of that module (``MODULE_TESTS``; mutmut
 then runs, per mutant, only the tests that reach the mutated function).  The
 result is one row per module -- mutants, killed, survived, without a test,
@@ -64,10 +64,7 @@ STATUSES = ("killed", "survived", "no tests", "timeout", "suspicious", "skipped"
 
 
 def scratch_copy(module: str, tests: list[str], workdir: Path) -> Path:
-    """The tracked files of the checkout in ``workdir``, with a ``[tool.mutmut]`` section for ``module``."""
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    workdir.mkdir(parents=True)
+    """The tracked files of the checkout in (new, empty) ``workdir``, with a ``[tool.mutmut]`` section for ``module``."""
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True).stdout.decode().split("\0")
     for name in files:
         if not name or name.startswith(("docs/img/", "bench/results/")):
@@ -97,7 +94,9 @@ def run_module(module: str, tests: list[str] | None = None, show: bool = False, 
     tests = tests or MODULE_TESTS.get(module)
     if not tests:
         raise SystemExit(f"error: {module}: no tests known for it; pass --tests")
-    workdir = Path(tempfile.gettempdir()) / "qa-mutation" / module.replace("/", "_")
+    parent = Path(tempfile.gettempdir()) / "qa-mutation"
+    parent.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix=module.replace("/", "_") + ".", dir=parent))  # concurrent runs never share one
     scratch_copy(module, tests, workdir)
     env = dict(os.environ)
     data = Path(env.get("QA_DATA_DIR") or ROOT.parent / "shared" / "data")
