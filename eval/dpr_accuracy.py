@@ -179,6 +179,8 @@ def first_hit(mask: np.ndarray, max_k: int | None = None) -> np.ndarray:
     mask = np.asarray(mask, dtype=bool)
     max_k = mask.shape[1] if max_k is None else int(max_k)
     m = mask[:, :max_k]
+    if m.shape[1] == 0:  # no passages retrieved: argmax of an empty row would raise
+        return np.full(m.shape[0], max_k, dtype=np.int64)
     return np.where(m.any(axis=1), m.argmax(axis=1), max_k).astype(np.int64)
 
 
