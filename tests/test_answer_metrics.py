@@ -326,3 +326,124 @@ def test_bert_f1_cache_scores_each_distinct_pair_once(minilm_path, tmp_path):
     np.testing.assert_allclose(first, fresh)
     with pytest.raises(UserError, match="no rescaling baseline"):
         bert_f1(["a"], [["b"]], model=minilm_path, num_layers=4, rescale=True)
+
+
+# ------------------------------------------- official SQuAD v1.1 re-statement ----
+# The SQuAD v1.1 evaluation script (evaluate-v1.1.py), restated: normalize_answer,
+# f1_score, exact_match_score and metric_max_over_ground_truths.
+def _official_normalize(s: str) -> str:
+    import re
+    import string
+
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+def _official_f1(prediction: str, ground_truth: str) -> float:
+    from collections import Counter
+
+    p, g = _official_normalize(prediction).split(), _official_normalize(ground_truth).split()
+    common = Counter(p) & Counter(g)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0
+    precision, recall = 1.0 * num_same / len(p), 1.0 * num_same / len(g)
+    return (2 * precision * recall) / (precision + recall)
+
+
+SQUAD_PIECES = ["a", "an", "the", "The", "A", "AN", "thé", "Café", "café", "naïve", "東京", "ไทย", "x", "x", "y",
+                "Zoë", "ÉCOLE", "école", "(x)", "x.", "x-y", "a.b", "«x»", "x—y", "x。", "¿y?", "", "theater", "and"]
+SQUAD_SEPS = [" ", "  ", "\t", "\n", "\u00a0", "\u3000", ",", "-", "!"]
+squad_text = st.lists(st.tuples(st.sampled_from(SQUAD_PIECES), st.sampled_from(SQUAD_SEPS)), max_size=7).map(
+    lambda parts: "".join(p + s for p, s in parts)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pred=squad_text, golds=st.lists(squad_text, min_size=1, max_size=3))
+def test_em_f1_equal_the_official_squad_script(pred, golds):
+    assert normalize_answer(pred) == _official_normalize(pred)
+    assert answer_tokens(pred) == _official_normalize(pred).split()
+    assert exact_match(pred, golds) == float(max(_official_normalize(pred) == _official_normalize(g) for g in golds))
+    assert f1(pred, golds) == pytest.approx(max(_official_f1(pred, g) for g in golds), abs=1e-12)
+
+
+def test_official_f1_on_unequal_precision_and_recall():
+    # pred [x, x, y, z], gold [x, y]: 2 common, P = 1/2, R = 1 -> 2/3; reversed: same F1
+    assert f1("x x y z", ["x, y!"]) == pytest.approx(_official_f1("x x y z", "x, y!")) == pytest.approx(2 / 3)
+    # one common token: P = 1/3, R = 1/2 -> 0.4
+    assert f1("Zoë et moi", ["la Zoë"]) == pytest.approx(0.4)
+    # the maximum, not the first or the last gold
+    assert f1("x y", ["z", "x y", "x"]) == 1.0 and exact_match("x y", ["z", "x  Y.", "x"]) == 1.0
+
+
+def test_thai_tokens_and_normalization():
+    # Thai: punctuation and case as English, articles kept, newmm words, no white-space tokens
+    assert normalize_answer("  The  ภาษา!ไทย ", "th") == "the ภาษาไทย"
+    assert answer_tokens("ผม  รัก, ภาษาไทย!", "th") == ["ผม", "รัก", "ภาษาไทย"]
+    assert answer_tokens("!!", "th") == [] and answer_tokens("", "th") == []
+    assert f1("ผม รัก", ["รัก ผม"], language="th") == 1.0
+    assert f1("!!", ["ผม"], language="th") == 0.0
+
+
+def test_answer_metrics_rows_skip_missing_golds_and_check_inputs():
+    preds = ["Paris", "x", "London", "y"]
+    golds = [["paris"], [], [None, "London!"], [None]]  # no gold in the middle; non-strings dropped
+    out = answer_metrics(preds, golds, metrics="em", progress=False)
+    assert list(out) == ["em"]
+    np.testing.assert_array_equal(out["em"], [1.0, np.nan, 1.0, np.nan])
+    out = answer_metrics(preds, golds, metrics=["f1", "rouge_l"], progress=False)
+    np.testing.assert_array_equal(out["f1"], [1.0, np.nan, 1.0, np.nan])
+    assert out["rouge_l"][2] == 1.0 and math.isnan(out["rouge_l"][1])
+    assert answer_metrics([], [], progress=False)["f1"].shape == (0,)
+    with pytest.raises(UserError, match="predictions must be a list of strings"):
+        answer_metrics("xy", [["x"], ["y"]])
+    with pytest.raises(UserError, match="predictions must be a list of strings"):
+        answer_metrics(["x", None], [["x"], ["y"]])
+    with pytest.raises(UserError, match="language 'fr'"):
+        answer_metrics(["x"], [["x"]], language="fr")
+
+
+def test_answer_metrics_rejects_unknown_bertscore_options_before_loading_a_model():
+    for option in ("predictions", "references_list", "modle"):
+        with pytest.raises(UserError, match=f"unknown bertscore option '{option}'") as err:
+            answer_metrics(["x"], [["x"]], metrics=(), bertscore={option: 1})
+        assert "model" in str(err.value).split("known: ")[1]
+
+
+def test_thai_keeps_articles_in_tokens_and_golds():
+    assert answer_tokens("The ภาษาไทย", "th") == ["the", "ภาษาไทย"]
+    assert answer_tokens("The ภาษาไทย") == ["ภาษาไทย"]  # default language is English
+    assert exact_match("Beatles", ["The Beatles"], language="th") == 0.0
+    assert exact_match("Beatles", ["The Beatles"]) == 1.0
+
+
+def test_meteor_thai_tokens_hand_computed():
+    # PyThaiNLP: pred [ภาษาไทย], gold [ผม, รัก, ภาษาไทย]; 1 match: P = 1, R = 1/3,
+    # Fmean = 10PR/(R + 9P) = 10/28, 1 chunk of 1 match: penalty 0.5 * 1^3
+    assert meteor("ภาษาไทย", ["ผมรักภาษาไทย"], language="th") == pytest.approx(10 / 28 * 0.5)
+    assert meteor("ภาษาไทย", ["ผมรักภาษาไทย"], language="en") == 0.0  # one Treebank token each
+    assert meteor("ภาษาไทย", ["  ", "ผมรักภาษาไทย"], language="th") == pytest.approx(10 / 28 * 0.5)
+    out = answer_metrics(["ภาษาไทย"], [["ผมรักภาษาไทย"]], language="th", metrics=("meteor",), progress=False)
+    assert out["meteor"][0] == pytest.approx(10 / 28 * 0.5)
+
+
+def test_user_error_messages_in_full():
+    from eval.answer_metrics import AnswerScores
+
+    with pytest.raises(UserError) as err:
+        f1("x", ["x"], language="de")
+    assert str(err.value) == "language 'de': answer metrics support en, th"
+    with pytest.raises(UserError) as err:
+        exact_match("x", [])
+    assert str(err.value) == "no gold answers to score against (empty list)"
+    with pytest.raises(UserError) as err:
+        answer_metrics(["x"], [["x"]], metrics=("bleu",))
+    assert str(err.value) == "unknown answer metric 'bleu' (known: em, f1, rouge_l, meteor, and bertscore=...)"
+    with pytest.raises(UserError) as err:
+        answer_metrics(["x", 3], [["x"], ["y"]])
+    assert str(err.value) == "predictions must be a list of strings"
+    scores = AnswerScores(em=np.zeros(1))
+    assert list(scores) == ["em"] and scores.info == {}
