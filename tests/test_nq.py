@@ -453,3 +453,177 @@ def test_skip_reasons_are_counted_once_each():
     nq_to_squad([], stats)
     assert stats == {r: 0 for r in SKIP_REASONS + ("kept", "records", "answer_text_mismatch")}
     assert nq_to_squad([], version="v")["version"] == "v" and nq_to_squad([])["version"] == "reqa_nq"
+
+
+# ---------------------------------------------------------- input files, titles, the hub
+def test_titles_from_simplified_urls():
+    base = simplified(RECORDS[0])
+    cases = [("https://en.wikipedia.org//w/index.php?title=S%C3%A3o_Paulo_(city)&amp;oldid=8", "São Paulo (city)"),
+             ("https://en.wikipedia.org//w/index.php?oldid=8", ""), ("https://[bad/?title=X", ""), ("", "")]
+    for url, title in cases:
+        rec = dict(base, document_url=url)
+        assert nq_to_squad([rec])["data"][0]["title"] == title, url
+    assert nq_to_squad([dict(base, document_title="Given")])["data"][0]["title"] == "Given"
+    del base["document_url"]
+    assert nq_to_squad([base])["data"][0]["title"] == ""
+
+
+def test_annotations_as_hugging_face_columns_and_missing_fields():
+    rec = hf_record(RECORDS[0], with_bytes=True)
+    assert nq_to_squad([dict(rec, annotations={})])["data"] == []  # an empty dict of columns: no annotation
+    stats = {}
+    nq_to_squad([dict(rec, annotations=None), dict(RECORDS[0], annotations=None)], stats)
+    assert stats["no_annotation"] == 2
+    a = {"short_answers": [{"start_token": 13, "end_token": 14}]}  # no long_answer field: no long answer
+    stats = {}
+    assert nq_to_squad([dict(RECORDS[0], annotations=[a])], stats)["data"] == [] and stats["no_long_answer"] == 1
+    a = {"long_answer": {"end_token": 24}, "short_answers": [{"start_token": 13, "end_token": 14}]}
+    stats = {}
+    assert nq_to_squad([dict(RECORDS[0], annotations=[a])], stats)["data"] == [] and stats["no_long_answer"] == 1
+    a = {"long_answer": {"start_token": 4, "end_token": 24}, "short_answers": None}
+    stats = {}
+    nq_to_squad([dict(RECORDS[0], annotations=[a])], stats)
+    assert stats["not_one_short_answer"] == 1
+    # out-of-range long answers are not paragraphs (the page has 35 tokens)
+    for start in (35, 99, -2):
+        stats = {}
+        nq_to_squad([eiffel(1, "q", [ann((start, start + 1), [(13, 14)])])], stats)
+        assert stats["long_answer_not_paragraph"] == 1, start
+    # HF records without byte offsets, or without html, are joined like the simplified format
+    rec = hf_record(RECORDS[0], with_bytes=True)
+    no_html = dict(rec, document=dict(rec["document"], html=""))
+    assert nq_to_squad([no_html])["data"][0]["paragraphs"][0]["context"].startswith("The Eiffel Tower is in Paris ,")
+    q_str = dict(rec, question="plain question")
+    assert nq_to_squad([q_str])["data"][0]["paragraphs"][0]["qas"][0]["question"] == "plain question"
+    assert nq_to_squad([dict(rec, id=None) | {"id": 5}])["data"][0]["paragraphs"][0]["qas"][0]["id"] == "5"
+    with pytest.raises(UserError, match=r"record 1: not a Natural Questions record"):
+        nq_to_squad([RECORDS[0], {"example_id": 1, "document": "text"}])
+    with pytest.raises(UserError, match="record 0: expected a JSON object"):
+        nq_to_squad([[1, 2]])
+    bad = dict(RECORDS[0], annotations=[{"long_answer": {"start_token": "x"}}])
+    with pytest.raises(UserError, match=r"example_id 101\): malformed \(ValueError"):
+        nq_to_squad([bad])
+    with pytest.raises(UserError, match=r"example_id 9\): malformed \(KeyError"):
+        nq_to_squad([{"id": 9, "document": {"tokens": {"token": ["<P>"]}}, "question": "q"}])
+
+
+def test_file_input_blank_lines_bad_bytes_and_directories(tmp_path):
+    d = tmp_path / "shards"
+    d.mkdir()
+    (d / "b.jsonl").write_text("\n" + json.dumps(RECORDS[8]) + "\n\n  \n" + json.dumps(RECORDS[9]) + "\n", encoding="utf-8")
+    write_jsonl(d / "a.jsonl.gz", RECORDS[:1], gz=True)
+    (d / "c.jsonl.tmp").write_text("{not read", encoding="utf-8")
+    (d / "README.txt").write_text("{not read", encoding="utf-8")
+    (d / "sub.jsonl").mkdir()
+    from data.nq import iter_nq_records, nq_files
+    assert [p.name for p in nq_files(d)] == ["a.jsonl.gz", "b.jsonl"]
+    assert [r["example_id"] for r in iter_nq_records(nq_files(d))] == [101, 201, 202]
+    assert nq_files(d / "b.jsonl") == [d / "b.jsonl"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "x.json").write_text("{}")
+    with pytest.raises(UserError, match=r"no \*\.jsonl or \*\.jsonl\.gz files"):
+        nq_files(empty)
+    with pytest.raises(UserError, match="no such file or directory"):
+        nq_files(tmp_path / "missing")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"a": "\xff\xfe"}\n')
+    with pytest.raises(UserError, match="bad.jsonl: cannot read"):
+        list(iter_nq_records([bad]))
+    trunc = tmp_path / "trunc.jsonl.gz"
+    trunc.write_bytes(gzip.compress((json.dumps(RECORDS[0]) + "\n").encode())[:40])
+    with pytest.raises(UserError, match="trunc.jsonl.gz: cannot read"):
+        list(iter_nq_records([trunc]))
+    plain_gz_name = tmp_path / "plain.jsonl.gz"  # gzip is told by its magic bytes, not by the name
+    write_jsonl(plain_gz_name, RECORDS[:2], gz=False)
+    assert len(list(iter_nq_records([plain_gz_name]))) == 2
+
+
+def test_local_lookup_order_and_train_split(tmp_path, monkeypatch):
+    from data.nq import _local_nq
+    root = tmp_path / "data"
+    (root / "nq" / "dev").mkdir(parents=True)  # an empty shard directory does not count
+    (root / "nq" / "dev" / "notes.txt").write_text("x")
+    write_jsonl(root / "nq" / "nq-dev-all.jsonl.gz", RECORDS[:2], gz=True)
+    write_jsonl(root / "nq" / "simplified-nq-train.jsonl.gz", [simplified(r) for r in RECORDS[8:]], gz=True)
+    assert _local_nq("dev", root) == root / "nq" / "nq-dev-all.jsonl.gz"
+    assert _local_nq("train", root) == root / "nq" / "simplified-nq-train.jsonl.gz"
+    (root / "nq" / "v1.0" / "dev").mkdir(parents=True)
+    write_jsonl(root / "nq" / "v1.0" / "dev" / "nq-dev-00.jsonl", RECORDS[8:], gz=False)
+    assert _local_nq("dev", root) == root / "nq" / "v1.0" / "dev"
+    write_jsonl(root / "nq" / "dev" / "nq-dev-00.jsonl.gz", RECORDS[:1], gz=True)
+    assert _local_nq("dev", root) == root / "nq" / "dev"
+    assert _local_nq("dev", tmp_path / "nowhere") is None
+    monkeypatch.delenv("QA_DATA_DIR", raising=False)
+    assert _local_nq("dev", None) is None
+    monkeypatch.setenv("QA_DATA_DIR", str(root))
+    assert _local_nq("train", None) == root / "nq" / "simplified-nq-train.jsonl.gz"
+    ds = load_reqa_nq("train", data_dir=None, data_file=None, arg=None)  # found through QA_DATA_DIR
+    assert ds.split == "train" and ds.queries.question_ids == ["201", "202", "203"]
+    assert ds.sources["nq_records"] == 3 and ds.sources["nq_not_one_short_answer"] == 0
+    assert ds.corpus.texts[0] == "Tesla was born in Smiljan 1 in 1856 ."  # simplified: single spaces
+
+
+def test_conversion_cache_survives_corruption(tmp_path):
+    from data.nq import nq_squad
+    f = tmp_path / "nq.jsonl"
+    write_jsonl(f, RECORDS, gz=False)
+    stats = {}
+    squad, sources = nq_squad("dev", data_file=f, stats=stats)
+    assert stats["kept"] == 6 and list(sources) == [str(f)] and len(sources[str(f)]) == 64
+    assert squad == nq_to_squad(RECORDS)
+    [cached] = (tmp_path / "cache" / "nq").glob("*.json.gz")
+    stats2 = {}
+    assert nq_squad("dev", data_file=f, stats=stats2)[0] == squad and stats2 == stats  # from the cache
+    cached.write_bytes(b"\x1f\x8b garbage")
+    stats3 = {}
+    assert nq_squad("dev", data_file=f, stats=stats3)[0] == squad and stats3 == stats
+    [again] = (tmp_path / "cache" / "nq").glob("*.json.gz")
+    with gzip.open(again, "rt", encoding="utf-8") as fh:
+        assert json.load(fh)["stats"] == stats
+    with pytest.raises(UserError, match="no split"):
+        nq_squad("test", data_file=f)
+
+
+class _FakeDatasets:
+    """Stands in for the ``datasets`` package (third party) so the hub path runs offline."""
+
+    def __init__(self, rows=None, error=None):
+        self.rows, self.error, self.calls = rows, error, []
+
+    def load_dataset(self, name, split=None, streaming=False):
+        self.calls.append((name, split, streaming))
+        if self.error:
+            raise self.error
+        return iter(self.rows)
+
+
+def test_hub_fallback(tmp_path, monkeypatch):
+    import sys
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    fake = _FakeDatasets(rows=[hf_record(r, with_bytes=True) for r in RECORDS])
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    ds = load_reqa_nq("dev", data_dir=tmp_path, data_file=None, arg=None)
+    assert fake.calls == [("google-research-datasets/natural_questions", "validation", True)]
+    assert ds.queries.question_ids == ["101", "102", "103", "201", "202", "203"]
+    assert ds.sources["hf:google-research-datasets/natural_questions"] == "dev" and ds.sources["nq_kept"] == 6
+    load_reqa_nq("train", data_dir=tmp_path, data_file=None, arg=None)
+    assert fake.calls[-1] == ("google-research-datasets/natural_questions", "train", True)
+    monkeypatch.setitem(sys.modules, "datasets", _FakeDatasets(error=ConnectionError("down")))
+    with pytest.raises(UserError) as err:
+        load_reqa_nq("dev", data_dir=tmp_path, data_file=None, arg=None)
+    assert str(err.value) == (f"reqa_nq dev: Natural Questions not found: put the original-format shards "
+                              f"nq-dev-00..04.jsonl.gz (NQ v1.0 release, v1.0/dev/) in {tmp_path / 'nq' / 'dev'}/, "
+                              f"or pass --data-file FILE_OR_DIR; the hub was not reachable (ConnectionError)")
+    monkeypatch.setitem(sys.modules, "datasets", _FakeDatasets(rows=[{"example_id": 1, "document": "x"}]))
+    with pytest.raises(UserError, match="not a Natural Questions record"):  # a UserError passes through as it is
+        load_reqa_nq("dev", data_dir=tmp_path, data_file=None, arg=None)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.delenv("QA_DATA_DIR", raising=False)
+    from data.nq import nq_squad
+    with pytest.raises(UserError) as err:
+        nq_squad("train", data_dir=None)
+    assert str(err.value) == ("reqa_nq train: Natural Questions not found: put the original-format shards "
+                              "nq-train-00..49.jsonl.gz (NQ v1.0 release, v1.0/train/) in $QA_DATA_DIR/nq/train/, "
+                              "or pass --data-file FILE_OR_DIR; hub access is switched off (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)")
