@@ -282,7 +282,7 @@ def page2(*items):
         if isinstance(it, str):
             html += it.encode("utf-8")
             continue
-        if it[0] == "t":
+        if len(it) == 3:  # ("t", token, raw)
             token, raw, is_html = it[1], it[2], False
         else:
             token, raw = (it[0], it[0]) if len(it) == 1 else it
