@@ -223,3 +223,26 @@ def test_retrieval_json_without_mask_is_scored_by_pyserini_text(ref, tmp_path):
     assert mask.tolist() == [[False, True, False], [True, False, False]]
     assert top_k_accuracy(mask, [1, 2]) == {"Top1": 0.5, "Top2": 1.0}
     assert "Top1\taccuracy: 0.5000" in out.getvalue() and "Top2\taccuracy: 1.0000" in out.getvalue()
+
+
+def test_tokenizer_compiled_on_first_use(ref, monkeypatch):
+    import eval.dpr_accuracy as dpr
+    _, has_answers = ref
+    monkeypatch.setattr(dpr, "_tokenizer", None)  # as in a fresh process
+    assert dpr.simple_tokens("Ｈｅｌｌｏ, 世界! x\u0301y") == ["ｈｅｌｌｏ", ",", "世界", "!", "x\u0301y"]
+    assert dpr._tokenizer is not None and dpr._token_regex() is dpr._tokenizer
+    monkeypatch.setattr(dpr, "_tokenizer", None)
+    assert has_answer("Le Café de Flore", ["CAFE\u0301 de"]) and has_answers("Le Café de Flore", ["CAFE\u0301 de"])
+
+
+def test_matrix_empty_answers_inside_a_block_and_truthy_masks():
+    texts = ["alpha beta", "gamma", "beta"]
+    rows = np.array([[0, 1], [1, -1], [2, 0], [1, 2]])
+    answers = [["beta"], [""], [" "], ["beta"]]  # questions 1 and 2 have an answer of no tokens: every passage
+    got = has_answer_matrix(rows, lambda r: [texts[i] for i in r], answers, block=4)
+    assert got.tolist() == [[True, False], [True, False], [True, True], [False, True]]
+    with pytest.raises(ValueError, match="use one of string, regex"):
+        AnswerMatcher(["x"], "exact")
+    counts = np.array([[0, 1, 2], [0, 0, 3], [0, 0, 0]])  # answer counts per position are read as booleans
+    assert first_hit(counts).tolist() == [1, 2, 3]
+    assert top_k_accuracy(counts, [1, 2, 3]) == {"Top1": 0.0, "Top2": 1 / 3, "Top3": 2 / 3}
