@@ -410,7 +410,8 @@ def test_answer_metrics_rejects_unknown_bertscore_options_before_loading_a_model
     for option in ("predictions", "references_list", "modle"):
         with pytest.raises(UserError, match=f"unknown bertscore option '{option}'") as err:
             answer_metrics(["x"], [["x"]], metrics=(), bertscore={option: 1})
-        assert "model" in str(err.value).split("known: ")[1]
+        known = str(err.value).split("known: ")[1].rstrip(")").split(", ")
+        assert {"model", "num_layers"} <= set(known) and not {"predictions", "references_list"} & set(known)
 
 
 def test_thai_keeps_articles_in_tokens_and_golds():
@@ -426,6 +427,10 @@ def test_meteor_thai_tokens_hand_computed():
     assert meteor("ภาษาไทย", ["ผมรักภาษาไทย"], language="th") == pytest.approx(10 / 28 * 0.5)
     assert meteor("ภาษาไทย", ["ผมรักภาษาไทย"], language="en") == 0.0  # one Treebank token each
     assert meteor("ภาษาไทย", ["  ", "ผมรักภาษาไทย"], language="th") == pytest.approx(10 / 28 * 0.5)
+    # the prediction split by newmm too: pred [ผม, รัก, ภาษาไทย], gold [ภาษาไทย]: P = 1/3, R = 1,
+    # Fmean = (10/3) / (1 + 3) = 10/12, penalty 0.5 (Treebank: one token each, no match)
+    assert meteor("ผมรักภาษาไทย", ["ภาษาไทย"], language="th") == pytest.approx(10 / 12 * 0.5)
+    assert meteor("ผมรักภาษาไทย", ["ภาษาไทย"], language="en") == 0.0
     out = answer_metrics(["ภาษาไทย"], [["ผมรักภาษาไทย"]], language="th", metrics=("meteor",), progress=False)
     assert out["meteor"][0] == pytest.approx(10 / 28 * 0.5)
 
