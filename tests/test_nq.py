@@ -627,3 +627,16 @@ def test_hub_fallback(tmp_path, monkeypatch):
     assert str(err.value) == ("reqa_nq train: Natural Questions not found: put the original-format shards "
                               "nq-train-00..49.jsonl.gz (NQ v1.0 release, v1.0/train/) in $QA_DATA_DIR/nq/train/, "
                               "or pass --data-file FILE_OR_DIR; hub access is switched off (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)")
+
+
+def test_built_datasets_are_cached_for_files_and_data_dirs(tmp_path):
+    f = tmp_path / "one.jsonl"
+    write_jsonl(f, RECORDS, gz=False)
+    built = tmp_path / "cache" / "datasets"
+    load_reqa_nq("dev", data_dir=None, data_file=f, arg=None)
+    assert len(list(built.glob("*.pkl"))) == 1
+    root = tmp_path / "data"
+    (root / "nq").mkdir(parents=True)
+    write_jsonl(root / "nq" / "nq-dev-all.jsonl.gz", RECORDS[:3], gz=True)
+    ds = load_reqa_nq("dev", data_dir=root, data_file=None, arg=None)
+    assert len(list(built.glob("*.pkl"))) == 2 and ds.queries.question_ids == ["101", "102", "103"]
