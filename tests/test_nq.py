@@ -640,3 +640,53 @@ def test_built_datasets_are_cached_for_files_and_data_dirs(tmp_path):
     write_jsonl(root / "nq" / "nq-dev-all.jsonl.gz", RECORDS[:3], gz=True)
     ds = load_reqa_nq("dev", data_dir=root, data_file=None, arg=None)
     assert len(list(built.glob("*.pkl"))) == 2 and ds.queries.question_ids == ["101", "102", "103"]
+
+
+def test_clean_text_directly_on_both_formats():
+    simple = _normalize(simplified(record(1, "q", *page2(W("a"), " ", H("<B>"), W("b"), H("</B>"), " ", W("c")), "T", [])), "t")
+    assert simple.tokens == ["a", "<B>", "b", "</B>", "c"] and simple.is_html == [False, True, False, True, False]
+    assert clean_text(simple, 0, 5) == "a b c" and clean_text(simple, -3, 1) == "a" and clean_text(simple, 3, 99) == "c"
+    assert clean_text(simple, 0, 1, ignore_final_whitespace=False) == "a "  # a text token follows (past the tag)
+    assert clean_text(simple, 2, 3, ignore_final_whitespace=False) == "b "
+    assert clean_text(simple, 4, 5, ignore_final_whitespace=False) == "c"  # nothing follows
+    assert clean_text(simple, 2, 4, ignore_final_whitespace=False) == "b "
+    assert clean_text(simple, 0, 0, ignore_final_whitespace=False) == "" and clean_text(simple, 1, 2) == ""
+    tail = _normalize(simplified(record(1, "q", *page2(W("a"), " ", H("<B>"), " ", H("</B>")), "T", [])), "t")
+    assert clean_text(tail, 0, 1, ignore_final_whitespace=False) == "a"  # only tags follow
+    # the original format, up to the page's last token, and nested or unbalanced brackets per gap
+    html, tokens = page2(W("a"), "<<>> ", W("b"), '<a title="x y">', W("c"), " ")
+    ex = _normalize(record(1, "q", html, tokens, "T", []), "t")
+    n = len(tokens)
+    assert clean_text(ex, 0, n) == "a bc" and clean_text(ex, 0, n, ignore_final_whitespace=False) == "a bc"
+    assert clean_text(ex, -5, 1, ignore_final_whitespace=False) == "a " and clean_text(ex, 2, 9) == "c"
+    # byte offsets that cut a character are decoded with replacement, not an error
+    html, tokens = page2(W("a"), "\u00e9 ", W("b"))
+    tokens[0]["end_byte"] += 1  # now inside the two bytes of é
+    ex = _normalize(record(1, "q", html, tokens, "T", []), "t")
+    assert clean_text(ex, 0, 2) == "a b"
+
+
+def test_empty_answers_missing_ids_and_titles():
+    stats = {}
+    # a short answer holding only tags: an empty answer, kept (as Google's converter does) and counted
+    squad = nq_to_squad([edge(1, SP_HTML, SP_TOKENS, [ann2((0, 12), [(6, 8)])])], stats)
+    assert qas(squad)[0][1]["answers"] == [{"answer_start": 17, "text": ""}]
+    assert stats["kept"] == 1 and stats["answer_text_mismatch"] == 1
+    rec = dict(RECORDS[0])
+    del rec["document_title"]
+    assert nq_to_squad([rec])["data"][0]["title"] == ""
+    with pytest.raises(UserError, match=r"NQ record 0 \(example_id \?\): malformed \(KeyError"):
+        nq_to_squad([{"document_tokens": []}])
+    hf = hf_record(RECORDS[0], with_bytes=True)
+    del hf["id"]
+    hf["document"] = dict(hf["document"], title=None)
+    art = nq_to_squad([hf])["data"][0]
+    assert art["title"] == "" and art["paragraphs"][0]["qas"][0]["id"] == ""
+    stats = {}
+    no_tokens = dict(hf, document=dict(hf["document"], tokens={}))
+    assert nq_to_squad([no_tokens], stats)["data"] == [] and stats["long_answer_not_paragraph"] == 1
+    # the simplified text of a <P> holding only empty tokens (double spaces) has no text
+    stats = {}
+    blank = {"example_id": 2, "question_text": "q", "document_url": "", "document_text": "<P>   </P>",
+             "annotations": [ann((0, 5), [(1, 2)])]}
+    assert nq_to_squad([blank], stats)["data"] == [] and stats["empty_paragraph"] == 1
