@@ -665,3 +665,15 @@ def test_ordinal_fitted_state_round_trip_and_errors():
     Ordinal(tau=2).fit(scores[:2], np.array([1, 2]))
     with pytest.raises(UserError, match=r"^selector ordinal:25: not fitted \(fit it on training queries or load a fitted one\)$"):
         Ordinal().predict_rank(scores)
+
+
+@pytest.mark.parametrize("method", ["minmax", "zscore", "sum"])
+def test_score_fusion_with_a_member_that_returned_no_columns(method):
+    # a member ranking of depth 0 (e.g. searched over an empty corpus) contributes nothing
+    out, floor = normalize_scores(np.zeros((2, 0)), np.zeros((2, 0), dtype=bool), method)
+    assert out.shape == (2, 0) and floor.tolist() == [0.0, 0.0]
+    lists = [[(3, 3.0), (1, 2.0), (2, 1.0)], [(0, 0.5)]]
+    a = _score_ranking(lists, 3)
+    empty = Ranking(np.zeros((2, 0), dtype=np.int64), np.zeros((2, 0), dtype=np.float32))
+    fused = score_fusion([a, empty], method=method, k=4)
+    _check_fused_against(_reference_score_fusion([lists, [[], []]], method, [1.0, 1.0]), fused, 4)
