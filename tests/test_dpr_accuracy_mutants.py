@@ -138,6 +138,9 @@ def test_has_answer_matrix_shapes_and_empty_rows():
     assert got.tolist() == [[True, False, True], [False, False, False], [True, True, True]]
     got = has_answer_matrix(rows, lambda r: [texts[i] for i in r], [["^par"], ["x"], ["in"]], match="regex", block=1)
     assert got.tolist() == [[True, False, True], [False, False, False], [False, True, True]]  # "Berl-in"
+    asked = []
+    got = has_answer_matrix(rows, lambda r: asked.append(r.tolist()) or [texts[i] for i in r], answers, block=1)
+    assert asked == [[0, 3], [0, 1, 2]]  # a block without rows fetches nothing
     with pytest.raises(ValueError, match=r"\[Q, K\]"):
         has_answer_matrix(rows, lambda r: [], answers[:2])
     with pytest.raises(ValueError, match=r"\[Q, K\]"):
@@ -158,7 +161,7 @@ def test_top_k_by_hand():
     assert list(top_k_accuracy(mask)) == ["Top1", "Top5", "Top20", "Top100"]
     assert top_k_accuracy(np.zeros((0, 3), bool), [1, 2]) == {"Top1": 0.0, "Top2": 0.0}
     for ks in ([], [0, 1], [-1]):
-        with pytest.raises(ValueError, match="ks >= 1"):
+        with pytest.raises(ValueError, match="^top-k accuracy needs ks >= 1$"):
             top_k_accuracy(mask, ks)
     m = dpr_metrics(mask, ks=(1, 2, 20))
     assert m == {"accuracy": {"Top1": 0.2, "Top2": 0.4, "Top4": 0.8}, "questions": 5, "depth": 4,
