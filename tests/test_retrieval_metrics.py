@@ -67,6 +67,7 @@ from eval.qrels import question_groups  # noqa: E402
 from eval.retrieval_metrics import mrr_and_recall, query_ranks, reqa_per_question  # noqa: E402
 
 
+@settings(max_examples=40)
 @given(arrays(st.sampled_from([np.uint8, np.uint16, np.int8, np.int32, np.float32]), st.integers(1, 25),
               elements=st.integers(0, 6)))
 def test_average_ranks_of_any_numeric_dtype_equal_scipy(scores):
@@ -94,7 +95,7 @@ def _reference_ranks(ids, scores, gold, pids_all):
     return sent, para
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_reqa_metrics_equal_a_scipy_reference_with_ties_padding_and_repeated_questions(data):
     n_cand = data.draw(st.integers(1, 7))
