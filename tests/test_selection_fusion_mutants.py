@@ -677,3 +677,20 @@ def test_score_fusion_with_a_member_that_returned_no_columns(method):
     empty = Ranking(np.zeros((2, 0), dtype=np.int64), np.zeros((2, 0), dtype=np.float32))
     fused = score_fusion([a, empty], method=method, k=4)
     _check_fused_against(_reference_score_fusion([lists, [[], []]], method, [1.0, 1.0]), fused, 4)
+
+
+def test_ordinal_without_mord_fits_sklearn_ridge(monkeypatch):
+    import sys
+
+    from sklearn.linear_model import Ridge
+
+    scores, ranks = _ordinal_data(seed=5)
+    with_mord = Ordinal(tau=8, alpha=2.0).fit(scores, ranks)
+    monkeypatch.setitem(sys.modules, "mord", None)  # an environment without mord: `import mord` raises ImportError
+    sel = Ordinal(tau=8, alpha=2.0).fit(scores, ranks)
+    assert sel.backend_ == "sklearn Ridge"
+    ridge = Ridge(alpha=2.0).fit(sel.features(scores), np.minimum(ranks, 8))
+    np.testing.assert_allclose(sel.coef_, ridge.coef_, rtol=1e-9, atol=1e-12)
+    assert sel.intercept_ == pytest.approx(ridge.intercept_, rel=1e-9)
+    np.testing.assert_allclose(sel.coef_, with_mord.coef_, rtol=1e-6, atol=1e-9)
+    assert sel.predict(scores).tolist() == with_mord.predict(scores).tolist()
