@@ -618,6 +618,7 @@ def test_ordinal_is_ridge_on_capped_ranks_rounded_and_clipped(tau, alpha, normal
     raw = ridge.predict(feats)
     rank = np.clip(np.round(raw), 0, labels.max()).astype(int)
     assert sel.predict_rank(scores).tolist() == rank.tolist()
+    assert sel.predict_rank(scores).dtype == np.int64
     k = scores.shape[1]
     for offset in (-3, 0, 1, 4):
         sel.offset = offset
