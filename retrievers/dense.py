@@ -139,18 +139,16 @@ class DenseRetriever:
         """
         if self.field not in FIELDS:
             raise UserError(f"dense field {self.field!r} unknown; use one of {', '.join(FIELDS)}")
-        lazy = corpus.content_key is not None and hasattr(corpus.texts, "take")
+        lazy = _store_backed(corpus)
         if self.field == "sentence" or (lazy and corpus.contexts is corpus.texts):
             return corpus.texts if lazy else list(corpus.texts)
         if lazy:
             return FieldTexts(corpus.texts, corpus.contexts, self.field)
         return FieldTexts(list(corpus.texts), list(corpus.contexts), self.field)[:]
 
-    def _texts_key(self, corpus: Corpus, texts: Sequence[str]) -> str:
-        """The texts' part of the embeddings key: every text, or the store's content key and the field."""
-        if corpus.content_key is not None and hasattr(corpus.texts, "take"):
-            return sha256_text("store", corpus.content_key, self.field, len(texts))
-        return sha256_text(list(texts))
+    def _store_key(self, corpus: Corpus) -> str:
+        """The texts' part of the embeddings key of a store-backed corpus: its content key and the field."""
+        return sha256_text("store", corpus.content_key, self.field, len(corpus))
 
     def encode_corpus(self, corpus: Corpus) -> np.ndarray:
         """Corpus embeddings [N, D] as one in-memory array (see :meth:`embedding_shards`)."""
@@ -169,10 +167,9 @@ class DenseRetriever:
         """
         texts = self._texts(corpus)
         encoder = self._encoder()
-        if isinstance(texts, list):  # the key every earlier cache was written under
-            key = sha256_text("dense-v3", encoder.identity(), self.encode_precision(), texts)[:24]
-        else:
-            key = sha256_text("dense-v3", encoder.identity(), self.encode_precision(), self._texts_key(corpus, texts))[:24]
+        # in-memory corpora: every text (the key earlier caches were written under); store-backed: the store's key
+        content = self._store_key(corpus) if _store_backed(corpus) else texts
+        key = sha256_text("dense-v3", encoder.identity(), self.encode_precision(), content)[:24]
         ranges = shard_ranges(len(texts), self.shard_texts)
         self.embeddings_key_ = key if self.cache else None
         if not self.cache:
@@ -276,6 +273,11 @@ def _maybe_gpu(index, device: str):
     :func:`retrievers.faiss_index.to_gpu`.
     """
     return to_gpu(index, resolve_device(device))
+
+
+def _store_backed(corpus: Corpus) -> bool:
+    """Whether the corpus's columns are lazy views over the corpus store (:mod:`data.corpus_store`)."""
+    return corpus.content_key is not None and hasattr(corpus.texts, "take")
 
 
 class FieldTexts(Sequence):

@@ -173,14 +173,20 @@ def test_mrrank_lexical_features_use_thai_words(dev):
 
 
 # ------------------------------------------------------------- XQuAD-th file
+def _small_xquad_th(tmp_path, articles: int):
+    """The first ``articles`` articles of XQuAD-th as a SQuAD file in tmp_path: (its dict, its path)."""
+    squad = json.loads((DATA / "xquad" / "xquad.th.json").read_text(encoding="utf-8"))
+    squad["data"] = squad["data"][:articles]
+    path = tmp_path / "xquad_th_small.json"
+    path.write_text(json.dumps(squad, ensure_ascii=False), encoding="utf-8")
+    return squad, path
+
+
 def test_xquad_thai_squad_file_is_split_with_thai_rules(tmp_path, monkeypatch):
     from data.registry import load_dataset
 
     monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "cache"))
-    squad = json.loads((DATA / "xquad" / "xquad.th.json").read_text(encoding="utf-8"))
-    squad["data"] = squad["data"][:3]
-    path = tmp_path / "xquad_th_small.json"
-    path.write_text(json.dumps(squad, ensure_ascii=False), encoding="utf-8")
+    squad, path = _small_xquad_th(tmp_path, 3)
     ds = load_dataset(f"squad_file:{path}", "dev")
     assert ds.corpus.language == ds.queries.language == "th"
     contexts = [p["context"] for a in squad["data"] for p in a["paragraphs"]]
@@ -201,10 +207,7 @@ def test_language_flag_overrides_detection_and_is_refused_where_fixed(tmp_path, 
     from pipeline.run import main
 
     monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "cache"))
-    squad = json.loads((DATA / "xquad" / "xquad.th.json").read_text(encoding="utf-8"))
-    squad["data"] = squad["data"][:2]
-    path = tmp_path / "xquad_th_small.json"
-    path.write_text(json.dumps(squad, ensure_ascii=False), encoding="utf-8")
+    _, path = _small_xquad_th(tmp_path, 2)
     detected = load_dataset(f"squad_file:{path}", "dev")
     forced_th = load_dataset(f"squad_file:{path}", "dev", language="th")
     as_english = load_dataset(f"squad_file:{path}", "dev", language="en")
