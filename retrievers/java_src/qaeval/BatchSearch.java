@@ -4,7 +4,8 @@
  * It runs exactly the search Anserini 1.7's SimpleSearcher.batch_search runs
  * (io.anserini.search.SimpleSearcher#_search): the query built by the caller's
  * Anserini QueryGenerator from the caller's Analyzer on the "contents" field,
- * IndexSearcher.search(query, k, Sort(score, id STRING_VAL), doDocScores=true)
+ * IndexSearcher.search(query, k, Sort(score, id STRING_VAL), doDocScores=true) -- computed the cheaper
+ * way described at topByScoreThenId, with the same result --
  * (plain search(query, k) for Lucene 8 indexes, like Anserini), then Anserini's
  * own ScoreTiesAdjusterReranker (called by reflection) on the scores.  What it
  * leaves out is what costs at depth: loading the stored document of every hit
@@ -56,7 +57,7 @@ import org.apache.lucene.store.FSDirectory;
 import org.apache.lucene.util.BytesRef;
 
 public final class BatchSearch implements Closeable {
-  public static final int VERSION = 1;
+  public static final int VERSION = 2;
   private static final String ID = "id";          // io.anserini.index.Constants.ID
   private static final String CONTENTS = "contents"; // io.anserini.index.Constants.CONTENTS
   private static final Sort BREAK_SCORE_TIES_BY_DOCID =
@@ -187,6 +188,69 @@ public final class BatchSearch implements Closeable {
     if (adjusted != scores) System.arraycopy(adjusted, 0, scores, 0, scores.length);
   }
 
+  /** How many hits past k the score-only search collects, so that ties at the k-th score can be re-sorted by id. */
+  static int margin(int k) { return Math.max(16, k / 8); }
+
+  private final AtomicInteger fallbacks = new AtomicInteger();
+
+  /** Queries whose tie at the k-th score crossed the margin and were re-run with Lucene's (score, id) sort. */
+  public int fallbacks() { return fallbacks.get(); }
+
+  /**
+   * The top k by (score desc, "id" asc), identical to search(query, k, Sort(score, id STRING_VAL), true).
+   *
+   * That sort's collector copies every competitive hit's id doc value and compares ids whenever scores tie;
+   * here Lucene's score-only collector (ties by Lucene doc id, with its usual dynamic pruning) gathers the
+   * top k + margin, and only the hits whose score ties another's read their ids.  If the (k + margin)-th
+   * score still equals the k-th, docs tied with the k-th may lie past the margin, so that query is searched
+   * again with the field sort.  Otherwise every doc scoring >= the k-th score has been collected, and the
+   * first k of them by (score desc, id asc, doc asc) are the field sort's first k.
+   */
+  private ScoreDoc[] topByScoreThenId(Query query, int k) throws IOException {
+    int m = k + margin(k);
+    ScoreDoc[] sds = searcher.search(query, m).scoreDocs;  // score desc, Lucene doc asc
+    int n = sds.length;
+    if (n == m && sds[m - 1].score >= sds[k - 1].score) {
+      fallbacks.incrementAndGet();
+      return searcher.search(query, k, BREAK_SCORE_TIES_BY_DOCID, true).scoreDocs;
+    }
+    int cut = Math.min(n, k);
+    // runs of equal scores that reach into the first k get sorted by id (a run is contiguous: sorted by score)
+    for (int i = 0; i < cut; ) {
+      int j = i + 1;
+      while (j < n && sds[j].score == sds[i].score) j++;
+      if (j - i > 1) sortById(sds, i, j);
+      i = j;
+    }
+    return n == cut ? sds : java.util.Arrays.copyOf(sds, cut);
+  }
+
+  /** Sorts sds[from, to) (equal scores) by the "id" doc value, bytes unsigned, then Lucene doc. */
+  private void sortById(ScoreDoc[] sds, int from, int to) throws IOException {
+    ScoreDoc[] run = java.util.Arrays.copyOfRange(sds, from, to);
+    java.util.Arrays.sort(run, (a, b) -> Integer.compare(a.doc, b.doc));  // doc values are read forward
+    BytesRef[] ids = new BytesRef[run.length];
+    List<LeafReaderContext> leaves = reader.leaves();
+    int leaf = -1;
+    BinaryDocValues dv = null;
+    for (int i = 0; i < run.length; i++) {
+      int doc = run[i].doc;
+      while (leaf < 0 || doc >= leaves.get(leaf).docBase + leaves.get(leaf).reader().maxDoc()) {
+        leaf++;
+        dv = leaves.get(leaf).reader().getBinaryDocValues(ID);
+      }
+      int d = doc - leaves.get(leaf).docBase;
+      ids[i] = dv != null && dv.advanceExact(d) ? BytesRef.deepCopyOf(dv.binaryValue()) : new BytesRef();
+    }
+    Integer[] order = new Integer[run.length];
+    for (int i = 0; i < order.length; i++) order[i] = i;
+    java.util.Arrays.sort(order, (a, b) -> {
+      int c = ids[a].compareTo(ids[b]);
+      return c != 0 ? c : Integer.compare(run[a].doc, run[b].doc);
+    });
+    for (int i = 0; i < order.length; i++) sds[from + i] = run[order[i]];
+  }
+
   /**
    * Searches every query for its top k, with a pool of threads.  Writes to outPath
    * Q*k int32 corpus rows (-1 past the last hit; hits on docs not in the corpus are dropped), then Q*k float32
@@ -210,8 +274,7 @@ public final class BatchSearch implements Closeable {
         futures.add(pool.submit(() -> {
           for (int i = next.getAndIncrement(); i < nq; i = next.getAndIncrement()) {
             Query query = build(queries[i]);
-            TopDocs rs = tieBreakById ? searcher.search(query, k, BREAK_SCORE_TIES_BY_DOCID, true) : searcher.search(query, k);
-            ScoreDoc[] sds = rs.scoreDocs;
+            ScoreDoc[] sds = tieBreakById ? topByScoreThenId(query, k) : searcher.search(query, k).scoreDocs;
             int n = sds.length;
             int[] docs = new int[n];
             float[] scores = new float[n];
