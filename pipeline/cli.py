@@ -283,6 +283,24 @@ def jsonable_config(args: argparse.Namespace) -> dict:
     return {k: v for k, v in sorted(vars(args).items()) if k != "config" or v}
 
 
+def retrieval_levels(metrics: dict) -> list[tuple[str, str]]:
+    """(key under ``metrics["retrieval"]["reqa"]``, label) of the retrieval levels worth showing.
+
+    ``"sentence"`` holds the candidate-level metrics whatever the candidates are
+    (the key stays for readers of metrics.json); on a dataset whose candidates are
+    paragraphs or passages it is labelled with that level, and the paragraph
+    level -- the same thing there -- is shown only if it differs.
+    """
+    level = metrics.get("level") or "sentence"
+    reqa = metrics["retrieval"]["reqa"]
+    if level == "sentence":
+        return [("sentence", "sentence"), ("paragraph", "paragraph")]
+    out = [("sentence", level)]
+    if reqa.get("paragraph") and reqa["paragraph"] != reqa.get("sentence"):
+        out.append(("paragraph", "paragraph"))
+    return out
+
+
 def print_table(rows: list[tuple[str, Any]], title: str | None = None, file=None) -> None:
     file = file or sys.stdout
     if title:

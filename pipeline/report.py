@@ -30,7 +30,7 @@ from pathlib import Path
 
 from data.errors import UserError
 from data.io import write_text
-from pipeline.cli import main_guard
+from pipeline.cli import main_guard, retrieval_levels
 
 PAGE_SIZE = 25
 
@@ -122,9 +122,9 @@ def run_tables(metrics: dict) -> str:
     parts = []
     r = metrics["retrieval"]["reqa"]
     rows = []
-    for level in ("sentence", "paragraph"):
+    for level, label in retrieval_levels(metrics):
         for k, v in r[level].items():
-            rows.append([f"{level} {k}", _pct(v), _ci(metrics, f"retrieval.reqa.{level}.{k}")])
+            rows.append([f"{label} {k}", _pct(v), _ci(metrics, f"retrieval.reqa.{level}.{k}")])
     parts.append("<h2>Retrieval (ReQA; %)</h2>" + _table(["metric", "value (%)", "95% CI (%)"], rows, "retrieval-table")
                  + f"<p class=meta>{r['questions']} questions, {r['query_inputs']} query inputs, depth {r['depth']}, "
                    f"corpus {metrics['corpus_size']:,}</p>")

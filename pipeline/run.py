@@ -39,6 +39,7 @@ from pipeline.cli import (
     make_out_dir,
     parse_with_config,
     print_table,
+    retrieval_levels,
     write_manifest,
 )
 
@@ -437,9 +438,9 @@ def _json_cell(v):
 def _print_summary(metrics: dict, out: Path) -> None:
     r = metrics["retrieval"]["reqa"]
     rows = [("corpus", metrics["corpus_size"]), ("query inputs", r["query_inputs"]), ("questions", r["questions"])]
-    for level in ("sentence", "paragraph"):
+    for level, label in retrieval_levels(metrics):
         for k, v in r[level].items():
-            rows.append((f"{level} {k}", v))
+            rows.append((f"{label} {k}", v))
     for k, v in metrics["retrieval"].get("beir", {}).items():
         rows.append((f"beir {k}", v))
     for k, v in metrics["retrieval"].get("dpr", {}).get("accuracy", {}).items():

@@ -297,10 +297,14 @@ def _independent_dpr_json(run_trec: Path, files, answers_of) -> dict:
     return out
 
 
-def test_cli_top_k_accuracy_equals_pyserini(files, tmp_path):
+def test_cli_top_k_accuracy_equals_pyserini(files, tmp_path, capsys):
     out = tmp_path / "run"
     _run(["--dataset", f"open:{files['tsv']}+{files['qa']}", "--retriever", "bm25", "--depth", "100", "--out", str(out)])
     metrics = json.loads((out / "metrics.json").read_text())
+    # passages are the candidates: the summary says so (metrics.json keeps the "sentence" key for its readers)
+    summary = capsys.readouterr().out
+    assert metrics["level"] == "paragraph" and "paragraph MRR" in summary and "sentence MRR" not in summary
+    assert summary.count("paragraph MRR") == 1
     dpr = metrics["retrieval"]["dpr"]
     with open(files["qa"], newline="", encoding="utf-8") as f:
         answers_of = {str(i): ast.literal_eval(row[1]) for i, row in enumerate(csv.reader(f, delimiter="\t"))}
