@@ -110,10 +110,10 @@ def build_squad_open(squads: dict[str, dict], *, split: str, name: str = "squad_
     corpus = Corpus(
         ids=ids,
         texts=texts,
-        contexts=list(texts),
+        contexts=texts,  # paragraph-level: the same list, not copies
         paragraph_ids=np.arange(len(texts), dtype=np.int64),
         titles=titles,
-        paragraph_texts=list(texts),
+        paragraph_texts=texts,
     )
     queries = Queries(
         ids=list(q_ids),

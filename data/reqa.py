@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from data.sentences import reqa_sentence_breaks
-from data.types import Corpus, Dataset, Queries
+from data.types import Corpus, Dataset, Queries, RowParagraphs
 
 SentenceBreaker = Callable[[str], list[tuple[int, int]]]
 
@@ -46,7 +46,6 @@ def build_reqa(
     """
     cand_ids: list[str] = []
     cand_texts: list[str] = []
-    cand_contexts: list[str] = []
     cand_pids: list[int] = []
     paragraph_texts: list[str] = []
     paragraph_of_context: dict[str, int] = {}
@@ -95,15 +94,15 @@ def build_reqa(
                         rows_of_sentence.setdefault(sentence, []).append(len(cand_ids))
                         cand_ids.append(f"p{pid}s{k}")
                         cand_texts.append(sentence)
-                        cand_contexts.append(context)
                         cand_pids.append(pid)
 
     gold = [np.asarray(rows_of_sentence[s], dtype=np.int64) for s in q_sentences]
+    pids = np.asarray(cand_pids, dtype=np.int64)
     corpus = Corpus(
         ids=cand_ids,
         texts=cand_texts,
-        contexts=cand_contexts,
-        paragraph_ids=np.asarray(cand_pids, dtype=np.int64),
+        contexts=RowParagraphs(paragraph_texts, pids),
+        paragraph_ids=pids,
         paragraph_texts=paragraph_texts,
         language=language,
     )

@@ -33,12 +33,60 @@ def fetch_rows(seq, rows) -> list:
     return [seq[i] for i in rows]
 
 
+class RowParagraphs(Sequence):
+    """``contexts`` of a sentence-level corpus: row i's paragraph, ``paragraph_texts[paragraph_ids[i]]``, read on demand.
+
+    The paragraph texts are held once (``Corpus.paragraph_texts``); this view
+    holds only the int64 row -> paragraph array, so the corpus carries no
+    per-row copy or per-row list of its paragraphs.  Supports what corpus
+    columns support: ``len``, int index, slice / row array -> list, ``take``
+    (a view over some rows), ``fetch``, iteration.
+    """
+
+    def __init__(self, paragraph_texts: Sequence[str], paragraph_ids: np.ndarray):
+        self.paragraph_texts = paragraph_texts
+        self.paragraph_ids = np.asarray(paragraph_ids, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.paragraph_ids)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self.paragraph_texts[p] for p in self.paragraph_ids[index].tolist()]
+        if isinstance(index, (list, np.ndarray)):
+            return self.fetch(index)
+        return self.paragraph_texts[int(self.paragraph_ids[index])]
+
+    def __iter__(self):
+        texts = self.paragraph_texts
+        return (texts[p] for p in self.paragraph_ids.tolist())
+
+    def fetch(self, rows) -> list[str]:
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        return [self.paragraph_texts[p] for p in self.paragraph_ids[rows].tolist()]
+
+    def take(self, rows) -> "RowParagraphs":
+        return RowParagraphs(self.paragraph_texts, self.paragraph_ids[np.asarray(rows, dtype=np.int64)])
+
+    def __eq__(self, other) -> bool:  # as a list of the same texts would compare
+        if isinstance(other, RowParagraphs) and other.paragraph_texts is self.paragraph_texts:
+            return bool(np.array_equal(other.paragraph_ids, self.paragraph_ids))
+        try:
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        except TypeError:
+            return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"RowParagraphs({len(self)} rows over {len(self.paragraph_texts)} paragraphs)"
+
+
 @dataclass
 class Corpus:
     """Retrieval candidates.
 
     For sentence-level datasets (ReQA) a candidate is a (sentence, paragraph)
-    pair: ``texts[i]`` is the sentence and ``contexts[i]`` its paragraph.  For
+    pair: ``texts[i]`` is the sentence and ``contexts[i]`` its paragraph (a
+    :class:`RowParagraphs` view of ``paragraph_texts``, not a second copy).  For
     paragraph-level datasets ``texts[i]`` is the paragraph and ``contexts[i]``
     the same text (or ``""``).  ``paragraph_ids[i]`` groups candidates that come
     from the same paragraph (used for paragraph-level metrics and for reading

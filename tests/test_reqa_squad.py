@@ -50,6 +50,26 @@ def test_sentence_breaker_rules(text, expected):
     assert reqa_sentences(text) == expected
 
 
+def test_contexts_are_a_view_of_the_paragraphs_not_a_copy(reqa_dev):
+    """Each candidate's context is its paragraph, read through paragraph_ids from the one paragraph list."""
+    import numpy as np
+
+    from data.types import RowParagraphs
+
+    corpus = reqa_dev.corpus
+    assert isinstance(corpus.contexts, RowParagraphs) and corpus.contexts.paragraph_texts is corpus.paragraph_texts
+    assert len(corpus.paragraph_texts) == 2067  # SQuAD v1.1 dev paragraphs (every one has an answer sentence)
+    rows = np.arange(0, len(corpus), 37)
+    for i in rows:
+        para = corpus.paragraph_texts[corpus.paragraph_ids[i]]
+        assert corpus.contexts[int(i)] is para and corpus.texts[i] in para
+    assert corpus.contexts[5:9] == [corpus.paragraph_texts[p] for p in corpus.paragraph_ids[5:9]]
+    assert corpus.contexts.fetch(rows) == [corpus.contexts[int(i)] for i in rows] == corpus.contexts[rows]
+    sub = corpus.subset(rows)
+    assert isinstance(sub.contexts, RowParagraphs) and list(sub.contexts) == corpus.contexts.fetch(rows)
+    assert sum(1 for _ in corpus.contexts) == len(corpus)
+
+
 def test_offsets_are_exact_on_real_paragraphs(reqa_dev):
     from data.sentences import reqa_sentence_breaks
 
