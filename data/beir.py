@@ -35,7 +35,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from data.errors import UserError
-from data.types import Corpus, Dataset, Queries
+from data.types import Dataset, Queries
 
 NO_ANSWERS_MESSAGE = (
     "{name}: reader stage skipped: this BEIR/MTEB retrieval set has relevance judgements but no answer strings;"
@@ -76,7 +76,8 @@ def _load(split, *, data_dir, data_file, arg, hub, prefix) -> Dataset:
     except Exception as e:  # offline, unknown name, or no such split on the hub
         raise UserError(message + f"; {hub}/{arg} could not be loaded from the hub ({type(e).__name__})") from None
     return build_beir(corpus_rows, query_rows, qrels_rows, name=name, split=split,
-                      sources={f"hf:{hub}/{arg}": split}, where=f"{hub}/{arg}")
+                      sources={f"hf:{hub}/{arg}": split}, where=f"{hub}/{arg}",
+                      corpus_key=["hub", hub, arg, getattr(corpus_rows, "_fingerprint", "")])
 
 
 def _local_dir(arg: str, data_dir: Path | None, data_file: Path | None) -> Path | None:
@@ -164,7 +165,8 @@ def read_beir_dir(directory: str | Path, split: str, *, name: str | None = None)
     queries_path = _find(directory, "queries.jsonl")
     sources = {str(p): sha256_file(p) for p in (corpus_path, queries_path, qrels_path)}
     return build_beir(read_jsonl(corpus_path), read_jsonl(queries_path), read_qrels(qrels_path),
-                      name=name, split=split, sources=sources, where=str(directory))
+                      name=name, split=split, sources=sources, where=str(directory),
+                      corpus_key=["file", sources[str(corpus_path)]])
 
 
 # ------------------------------------------------------------------------ hub
@@ -199,34 +201,44 @@ def build_beir(
     split: str,
     sources: dict | None = None,
     where: str = "",
+    corpus_key: list | None = None,
 ) -> Dataset:
     """Corpus/queries/qrels records -> a document-level :class:`Dataset`.
 
-    Qrels rows naming a document missing from the corpus are dropped and
-    counted in ``sources["qrels_unknown_docs"]``; queries judged in the qrels
-    but missing from the queries file are an error.
+    The corpus goes into the corpus store (:mod:`data.corpus_store`, one Arrow
+    file built once per ``corpus_key`` -- the corpus file's digest, or the hub
+    dataset's fingerprint), so the dataset holds lazy columns, not N Python
+    strings; a candidate's text is ``title\ntext`` (both stripped; the text
+    alone without a title), which BM25's analyzer and the encoders' tokenizers
+    split exactly as they split the title and text joined by a space.  Qrels
+    rows naming a document missing from the corpus are dropped and counted in
+    ``sources["qrels_unknown_docs"]``; queries judged in the qrels but missing
+    from the queries file are an error.
     """
+    from data.corpus_store import cached_store
+    from data.io import sha256_text
     from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
-    ids: list[str] = []
-    texts: list[str] = []
-    titles: list[str] = []
-    row_of: dict[str, int] = {}
-    for rec in tqdm(corpus_rows, desc=f"{name} corpus", unit="doc", leave=False, mininterval=2):
-        doc_id = str(rec.get("_id", rec.get("id", "")))
-        if not doc_id:
-            raise UserError(f"{where}: corpus record without '_id'")
-        if doc_id in row_of:
-            raise UserError(f"{where}: corpus id {doc_id!r} appears twice")
-        title = rec.get("title") or ""
-        body = rec.get("text") or ""
-        row_of[doc_id] = len(ids)
-        ids.append(doc_id)
-        titles.append(title)
-        texts.append(f"{title} {body}".strip() if title else body.strip())
+    def records(rows):
+        for rec in tqdm(rows, desc=f"{name} corpus", unit="doc", leave=False, mininterval=2):
+            doc_id = str(rec.get("_id", rec.get("id", "")))
+            if not doc_id:
+                raise UserError(f"{where}: corpus record without '_id'")
+            yield doc_id, (rec.get("title") or "").strip(), (rec.get("text") or "").strip()
+
+    if corpus_key is None:  # records given in memory (tests, small inputs): keyed by their content
+        corpus_rows = list(corpus_rows)
+        corpus_key = ["records", sha256_text(json.dumps(corpus_rows, sort_keys=True, ensure_ascii=False))]
+    try:
+        store = cached_store(["beir", *corpus_key], lambda: records(corpus_rows), desc=f"{name} corpus store")
+    except UserError as e:
+        raise UserError(f"{where}: {e}") from None
+    corpus = store.corpus(language="en")  # every document is its own paragraph (paragraph_texts empty)
 
     query_text = {str(r.get("_id", r.get("id", ""))): r.get("text") or "" for r in query_rows}
 
+    qrels_rows = list(qrels_rows)
+    row_of = store.rows_of_ids([doc_id for _, doc_id, _ in qrels_rows])
     judged: dict[str, list[tuple[int, int]]] = {}
     unknown_docs = 0
     for qid, doc_id, grade in qrels_rows:
@@ -246,15 +258,6 @@ def build_beir(
     q_ids = list(judged)
     gold = [np.asarray([r for r, _ in judged[q]], dtype=np.int64) for q in q_ids]
     grades = [np.asarray([g for _, g in judged[q]], dtype=np.int64) for q in q_ids]
-    corpus = Corpus(
-        ids=ids,
-        texts=texts,
-        contexts=texts,
-        paragraph_ids=np.arange(len(ids), dtype=np.int64),
-        titles=titles,
-        paragraph_texts=texts,
-        language="en",
-    )
     queries = Queries(
         ids=q_ids,
         texts=[query_text[q] for q in q_ids],

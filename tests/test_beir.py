@@ -118,11 +118,16 @@ def test_scifact_local_copy_counts(monkeypatch, tmp_path):
     assert not test.queries.has_answers
     train = load_mteb("train", data_dir=None, data_file=None, arg="scifact")
     assert (len(train.queries), sum(len(g) for g in train.queries.gold)) == (809, 919)
-    # first corpus record: _id 4983, title + " " + text
-    row = test.corpus.ids.index("4983")
+    # first corpus record: _id 4983, title + "\n" + text, from the corpus store (lazy columns, not lists)
+    from data.corpus_store import StoreColumn
+
+    assert all(isinstance(c, StoreColumn) for c in (test.corpus.ids, test.corpus.texts, test.corpus.titles))
+    row = 0
+    assert test.corpus.ids[row] == "4983"
     title = "Microstructural development of human newborn cerebral white matter assessed in vivo by diffusion tensor magnetic resonance imaging."
     assert test.corpus.titles[row] == title
-    assert test.corpus.texts[row].startswith(title + " Alterations of the architecture of cerebral white matter")
+    assert test.corpus.texts[row].startswith(title + "\nAlterations of the architecture of cerebral white matter")
+    assert test.corpus.bodies[row].startswith("Alterations of the architecture")
     # qrels order: the test file starts with query 1 -> doc 31715818
     assert test.queries.ids[0] == "1" and test.queries.texts[0] == "0-dimensional biomaterials show inductive properties."
     assert test.corpus.ids[int(test.queries.gold[0][0])] == "31715818"
@@ -147,7 +152,7 @@ def test_tiny_beir_dir_graded_qrels(tmp_path):
     (d / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": f"query {q}"}) + "\n" for q in ("1", "2", "3")))
     (d / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n2\tc\t2\n2\ta\t1\n2\tb\t0\n1\tzzz\t1\n1\tb\t1\n")
     ds = read_beir_dir(d, "test")
-    assert ds.corpus.texts == ["Alpha first doc", "second doc", "third doc"]
+    assert list(ds.corpus.texts) == ["Alpha\nfirst doc", "second doc", "third doc"]  # title + "\\n" + text, as the store joins them
     assert ds.queries.ids == ["2", "1"] and ds.queries.texts == ["query 2", "query 1"]
     assert [g.tolist() for g in ds.queries.gold] == [[2, 0], [1]]
     assert [g.tolist() for g in ds.queries.gold_grades] == [[2, 1], [1]]
@@ -164,7 +169,7 @@ def test_tiny_beir_dir_graded_qrels(tmp_path):
 
 
 def test_build_beir_rejects_duplicate_ids():
-    with pytest.raises(UserError, match="appears twice"):
+    with pytest.raises(UserError, match="id 'a' appears 2 times"):
         build_beir([{"_id": "a", "text": "x"}, {"_id": "a", "text": "y"}], [], [], name="t", split="test")
 
 
