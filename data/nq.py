@@ -362,7 +362,7 @@ def nq_squad(split: str, *, data_dir: Path | None = None, data_file: Path | None
         with atomic_path(cached) as tmp:
             with gzip.open(tmp, "wt", encoding="utf-8") as f:
                 json.dump({"squad": squad, "stats": stats}, f, ensure_ascii=False)
-    except UserError:
+    except (UserError, UnicodeEncodeError):  # e.g. a lone surrogate (an escape json.loads accepts) in a record
         pass  # an unwritable cache only costs time
     return squad, sources
 

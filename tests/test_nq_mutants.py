@@ -182,3 +182,15 @@ def test_one_token_pages_and_long_answers_without_an_end():
     a = {"long_answer": {"start_token": 0}, "short_answers": [{"start_token": 1, "end_token": 2}]}
     stats = {}
     assert nq_to_squad([record(8, "q", html, tokens, "T", [a])], stats)["data"] == [] and stats["empty_paragraph"] == 1
+
+
+def test_a_record_the_cache_cannot_encode_is_still_converted(tmp_path):
+    # JSON may escape a lone surrogate (json.loads accepts it, UTF-8 cannot encode it): the conversion is
+    # returned and only the cache is skipped, leaving no temporary file behind
+    f = tmp_path / "nq.jsonl"
+    f.write_text(json.dumps(dict(RECORDS[0], question_text="where is \ud800 it")) + "\n", encoding="utf-8")
+    for _ in range(2):
+        stats = {}
+        squad, _ = nq_squad("dev", data_file=f, stats=stats)
+        assert squad["data"][0]["paragraphs"][0]["qas"][0]["question"] == "where is \ud800 it" and stats["kept"] == 1
+    assert not list((tmp_path / "cache" / "nq").glob("*.tmp"))
