@@ -86,6 +86,8 @@ def test_files_and_the_cache_are_utf8_under_an_ascii_locale(tmp_path):
         squad, _ = nq_squad("dev", data_file=d, stats=stats)  # converts and writes the cache
         again = {}
         assert nq_squad("dev", data_file=d, stats=again)[0] == squad and again == stats  # reads it back
+    [cached] = (tmp_path / "cache" / "nq").glob("*.json.gz")  # the cache was written, as UTF-8 JSON
+    assert json.loads(gzip.decompress(cached.read_bytes()).decode("utf-8")) == {"squad": squad, "stats": stats}
     assert squad["data"][0] == expected
     sp_qa = squad["data"][1]["paragraphs"][0]
     assert sp_qa["context"] == "Born in São Paulo 1950." and sp_qa["qas"][0]["answers"] == [{"answer_start": 8, "text": "São Paulo"}]
