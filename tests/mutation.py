@@ -48,7 +48,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "data/reqa.py": ["tests/test_reqa_squad.py", "tests/test_reqa_mutants.py"],
     # test_reqa_squad.py / test_bad_input.py reach no squad.py mutant (cached dataset; CLI subprocess) and add ~4 min
     "data/squad.py": ["tests/test_squad_mutants.py"],
-    "data/nq.py": ["tests/test_nq.py"],
+    "data/nq.py": ["tests/test_nq.py", "tests/test_nq_mutants.py"],
     "selection/top.py": ["tests/test_selectors.py", "tests/test_selection_fusion_mutants.py"],
     "selection/threshold.py": ["tests/test_selectors.py", "tests/test_selection_fusion_mutants.py"],
     "selection/ordinal.py": ["tests/test_selectors.py", "tests/test_selection_fusion_mutants.py"],
@@ -82,6 +82,35 @@ EQUIVALENT: dict[str, str] = {
     "eval.tradeoff.x_bootstrap_means__mutmut_21": "astype(None) is float64, the dtype it names",
     "eval.tradeoff.x_percentile_interval__mutmut_21": "np.quantile with float quantiles returns float64 for any numeric input",
     "eval.tradeoff.x_percentile_interval__mutmut_23": "np.quantile with float quantiles returns float64 for any numeric input",
+    # data/nq.py (full run)
+    "data.nq.x__annotation__mutmut_30": "a missing end_token as -2 instead of -1 still ends the long answer before it starts: skipped as empty either way",
+    "data.nq.x_clean_text__mutmut_79": "bytes.decode() defaults to UTF-8, not the locale",
+    "data.nq.x_clean_text__mutmut_30": "max(end, 1) vs max(end, 0): the branch needs a text token in [start, end), so end >= 1 already",
+    "data.nq.x_nq_squad__mutmut_33": "only the spelling of the cache key changes",
+    "data.nq.x_nq_squad__mutmut_56": "unlink(missing_ok=...) on a file is_file() just found; only a concurrent removal could differ",
+    "data.nq.x_nq_squad__mutmut_57": "unlink(missing_ok=...) on a file is_file() just found; only a concurrent removal could differ",
+    "data.nq.x__normalize__mutmut_50": "'UTF-8' and 'utf-8' name the same codec",
+    "data.nq.x__normalize__mutmut_188": "'UTF-8' and 'utf-8' name the same codec",
+    "data.nq.x_clean_text__mutmut_82": "'UTF-8' and 'utf-8' name the same codec",
+    "data.nq.x_nq_squad__mutmut_48": "'UTF-8' and 'utf-8' name the same codec",
+    "data.nq.x_nq_squad__mutmut_74": "'UTF-8' and 'utf-8' name the same codec",
+    "data.nq.x__normalize__mutmut_88": "_title_from_url gives '' for None, '' and any URL without a title query alike",
+    "data.nq.x__normalize__mutmut_90": "_title_from_url gives '' for None, '' and any URL without a title query alike",
+    "data.nq.x__normalize__mutmut_93": "_title_from_url gives '' for None, '' and any URL without a title query alike",
+    "data.nq.x_iter_nq_records__mutmut_30": "a progress-bar argument",
+    "data.nq.x_iter_nq_records__mutmut_32": "a progress-bar argument",
+    "data.nq.x_iter_nq_records__mutmut_33": "a progress-bar argument",
+    "data.nq.x_iter_nq_records__mutmut_35": "a progress-bar argument",
+    "data.nq.x_iter_nq_records__mutmut_36": "a progress-bar argument",
+    "data.nq.x_iter_nq_records__mutmut_37": "a progress-bar argument",
+    "data.nq.x_iter_nq_records__mutmut_38": "a progress-bar argument",
+    "data.nq.x_iter_nq_records__mutmut_39": "a progress-bar argument",
+    "data.nq.x_iter_nq_records__mutmut_40": "a progress-bar argument",
+    "data.nq.x_iter_nq_records__mutmut_41": "a progress-bar argument",
+    "data.nq.x_iter_nq_records__mutmut_42": "a progress-bar argument",
+    "data.nq.x_nq_squad__mutmut_77": "ensure_ascii only changes the JSON escaping of the cache file; json.load returns the same dict",
+    "data.nq.x_nq_squad__mutmut_80": "ensure_ascii only changes the JSON escaping of the cache file; json.load returns the same dict",
+    "data.nq.x_nq_squad__mutmut_85": "ensure_ascii only changes the JSON escaping of the cache file; json.load returns the same dict",
     # data/reqa.py, data/squad.py
     "data.reqa.x_build_reqa__mutmut_28": "indexed = None at the start: `not None` is as true as `not False`",
     "data.reqa.x_build_reqa__mutmut_74": "indexed = None after indexing: re-indexing the paragraph adds nothing (its id is set, every pair is in seen_pairs)",
@@ -226,6 +255,12 @@ def scratch_copy(module: str, tests: list[str], workdir: Path) -> Path:
     )
     with open(workdir / "pyproject.toml", "a", encoding="utf-8") as f:
         f.write(config)
+    # tqdm's write lock is one semaphore shared by every process mutmut forks, and a mutant that makes drawing
+    # a bar raise (e.g. unit=None) leaves it held: every later mutant whose tests draw a bar then hangs until
+    # mutmut's timeout, which counts as killed.  Each forked process gets its own lock instead.
+    site = workdir / ".mutation-site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import tqdm.std\ntqdm.std.TqdmDefaultWriteLock.mp_lock = None\n", encoding="utf-8")
     return workdir
 
 
@@ -243,6 +278,7 @@ def run_module(module: str, tests: list[str] | None = None, show: bool = False, 
     env = dict(os.environ)
     data = Path(env.get("QA_DATA_DIR") or ROOT.parent / "shared" / "data")
     env["QA_DATA_DIR"] = str(data.resolve() if data.is_absolute() else (ROOT / data).resolve())
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir / ".mutation-site"), env.get("PYTHONPATH", "")) if p)
     t0 = time.perf_counter()
     log = workdir / "mutmut.log"
     with open(log, "w", encoding="utf-8") as f:
