@@ -54,6 +54,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "selection/ordinal.py": ["tests/test_selectors.py", "tests/test_selection_fusion_mutants.py"],
     "selection/oracle.py": ["tests/test_selectors.py", "tests/test_selection_fusion_mutants.py"],
     "selection/parse.py": ["tests/test_selectors.py", "tests/test_selection_fusion_mutants.py"],
+    "selection/base.py": ["tests/test_selectors.py", "tests/test_selection_fusion_mutants.py"],
     "retrievers/rrf.py": ["tests/test_fusion.py", "tests/test_selection_fusion_mutants.py"],
     "retrievers/score_fusion.py": ["tests/test_fusion.py", "tests/test_selection_fusion_mutants.py"],
 }
