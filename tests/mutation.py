@@ -54,7 +54,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "selection/ordinal.py": ["tests/test_selectors.py", "tests/test_selection_fusion_mutants.py"],
     "selection/oracle.py": ["tests/test_selectors.py", "tests/test_selection_fusion_mutants.py"],
     "selection/parse.py": ["tests/test_selectors.py", "tests/test_selection_fusion_mutants.py"],
-    "selection/base.py": ["tests/test_selectors.py", "tests/test_selection_fusion_mutants.py"],
+    "selection/base.py": ["tests/test_selectors.py", "tests/test_selection_fusion_mutants.py", "tests/test_selection_base_mutants.py"],
     "retrievers/rrf.py": ["tests/test_fusion.py", "tests/test_selection_fusion_mutants.py"],
     "retrievers/score_fusion.py": ["tests/test_fusion.py", "tests/test_selection_fusion_mutants.py"],
 }
@@ -83,6 +83,13 @@ EQUIVALENT: dict[str, str] = {
     "eval.tradeoff.x_bootstrap_means__mutmut_21": "astype(None) is float64, the dtype it names",
     "eval.tradeoff.x_percentile_interval__mutmut_21": "np.quantile with float quantiles returns float64 for any numeric input",
     "eval.tradeoff.x_percentile_interval__mutmut_23": "np.quantile with float quantiles returns float64 for any numeric input",
+    # selection/base.py
+    "selection.base.x_normalize_scores__mutmut_19": "np.zeros(dtype=None) is float64, the dtype it names",
+    "selection.base.x_normalize_scores__mutmut_21": "np.zeros without dtype is float64, the dtype it names",
+    "selection.base.x_normalize_scores__mutmut_50": "the fill is used only for a row with no real results, whose weights are all 0 whatever the fill",
+    "selection.base.x_normalize_scores__mutmut_66": "the inner fill only reaches masked-out entries, which the outer np.where replaces by 0",
+    "selection.base.x_normalize_scores__mutmut_119": "weights are >= 0: total >= 0 differs from > 0 only at total 0, replaced by the even spread (a 0/0 warning only)",
+    "selection.base.x_normalize_scores__mutmut_121": "the divisor fill is used only where the total is 0, replaced by the even spread",
     # data/nq.py (full run)
     "data.nq.x__annotation__mutmut_30": "a missing end_token as -2 instead of -1 still ends the long answer before it starts: skipped as empty either way",
     "data.nq.x_clean_text__mutmut_79": "bytes.decode() defaults to UTF-8, not the locale",
