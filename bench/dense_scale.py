@@ -27,7 +27,7 @@ builds are cached (:func:`retrievers.faiss_index.cached_index`), so a rerun
 only searches.  Figures from a loaded machine are marked NOT A RESULT.
 
 Cost on 2 idle cores: encoding 100k 100-word passages with MiniLM is about an
-hour (once); training/filling the IVF indexes a few minutes each; the 1M
+hour (once; ``--words 32``, the README's run, encodes about 130 passages/s, ~13 min); training/filling the IVF indexes a few minutes each; the 1M
 synthetic part ~15 min (HNSW at 1M is skipped unless listed in
 ``--synthetic-indexes``: single-threaded it builds for about an hour).
 """
