@@ -96,11 +96,11 @@ def test_rankings_identical_on_a_passage_corpus(passages):
 
 
 def test_tie_runs_within_and_past_the_margin(reqa_dev):
-    """Equal-score runs at the k-th hit: re-sorted by id inside the margin, re-run with Lucene's sort past it.
+    """Equal-score runs at the k-th hit: re-sorted by id inside the margin, searched deeper past it.
 
     The batch helper collects the top k + margin by score alone and sorts only
     the tied runs by id; a run still tied at the margin's end sends that query
-    back to Lucene's (score, id) field sort.  Copies of sentences make both:
+    back to Lucene with four times the depth, until the run ends.  Copies of sentences make both:
     12 copies (inside k=100's margin of 16) and 300 copies (past it) of two
     sentences among 2,000 others, ids spanning 1 to 4 digits so that id order
     ("1000" < "999") differs from Lucene's doc order.
@@ -125,7 +125,7 @@ def test_tie_runs_within_and_past_the_margin(reqa_dev):
     copies = sorted(corpus.ids[i] for i in range(len(texts)) if texts[i] == few)
     assert [corpus.ids[i] for i in ranking.ids[0]] == copies[:5], "the first 5 copies in id (string) order"
     assert copies[:5] != sorted(copies, key=int)[:5], "string order should differ from numeric order here"
-    # k = 100: 300 copies tie past k + margin, so the query is re-run with Lucene's field sort
+    # k = 100: 300 copies tie past k + margin (116), so the query is searched again at depth 464
     assert_identical(r.search([many], 100), bare_batch_search(r, [many], 100), 100)
     assert r.describe()["tie_fallbacks"] == before + 1, "a 300-copy run crosses the margin"
     queries = reqa_dev.queries.texts[:100]

@@ -49,18 +49,15 @@ import org.apache.lucene.index.StoredFields;
 import org.apache.lucene.search.IndexSearcher;
 import org.apache.lucene.search.Query;
 import org.apache.lucene.search.ScoreDoc;
-import org.apache.lucene.search.Sort;
-import org.apache.lucene.search.SortField;
 import org.apache.lucene.search.similarities.Similarity;
 import org.apache.lucene.store.FSDirectory;
 import org.apache.lucene.util.BytesRef;
+import org.apache.lucene.util.IntroSorter;
 
 public final class BatchSearch implements Closeable {
-  public static final int VERSION = 2;
+  public static final int VERSION = 3;
   private static final String ID = "id";          // io.anserini.index.Constants.ID
   private static final String CONTENTS = "contents"; // io.anserini.index.Constants.CONTENTS
-  private static final Sort BREAK_SCORE_TIES_BY_DOCID =
-      new Sort(SortField.FIELD_SCORE, new SortField(ID, SortField.Type.STRING_VAL));
 
   private final DirectoryReader reader;
   private final IndexSearcher searcher;
@@ -171,6 +168,68 @@ public final class BatchSearch implements Closeable {
     this.rows = map;
   }
 
+  private volatile int[] idRanks = null;
+
+  /**
+   * Each Lucene doc's position in the order of Lucene's (id STRING_VAL) sort field: the "id" doc value's bytes,
+   * unsigned, a doc without one first, equal ids by Lucene doc.  Computed once per index (a sort of the ids), so
+   * breaking a score tie by id compares two ints instead of reading and copying doc values per query.
+   */
+  private int[] idRanks() throws IOException {
+    int[] r = idRanks;
+    if (r != null) return r;
+    synchronized (this) {
+      if (idRanks != null) return idRanks;
+      final int maxDoc = reader.maxDoc();
+      final int[] start = new int[maxDoc + 1];
+      final long[] prefix = new long[maxDoc];
+      byte[] pool = new byte[Math.max(16, maxDoc * 8)];
+      int used = 0;
+      for (LeafReaderContext leaf : reader.leaves()) {
+        BinaryDocValues dv = leaf.reader().getBinaryDocValues(ID);
+        for (int d = 0; d < leaf.reader().maxDoc(); d++) {
+          int doc = leaf.docBase + d;
+          start[doc] = used;
+          if (dv == null || !dv.advanceExact(d)) continue;
+          BytesRef b = dv.binaryValue();
+          if (used + b.length > pool.length) pool = java.util.Arrays.copyOf(pool, Math.max(pool.length * 2, used + b.length));
+          System.arraycopy(b.bytes, b.offset, pool, used, b.length);
+          long p = 0;  // the first 8 bytes, big-endian, zero-padded: unsigned order = byte order of the prefix
+          for (int i = 0; i < 8; i++) p = (p << 8) | (i < b.length ? (b.bytes[b.offset + i] & 0xFF) : 0);
+          prefix[doc] = p;
+          used += b.length;
+        }
+      }
+      start[maxDoc] = used;
+      final byte[] bytes = pool;
+      final int[] perm = new int[maxDoc];
+      for (int i = 0; i < maxDoc; i++) perm[i] = i;
+      new IntroSorter() {
+        private int pivot;
+        @Override protected void swap(int i, int j) { int t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
+        @Override protected void setPivot(int i) { pivot = perm[i]; }
+        @Override protected int comparePivot(int j) { return compareIds(pivot, perm[j]); }
+        @Override protected int compare(int i, int j) { return compareIds(perm[i], perm[j]); }
+        private int compareIds(int a, int b) {
+          int c = Long.compareUnsigned(prefix[a], prefix[b]);
+          if (c != 0) return c;
+          int la = start[a + 1] - start[a], lb = start[b + 1] - start[b];
+          if (la > 8 || lb > 8) {
+            c = java.util.Arrays.compareUnsigned(bytes, start[a], start[a + 1], bytes, start[b], start[b + 1]);
+            if (c != 0) return c;
+          } else if (la != lb) {
+            return Integer.compare(la, lb);  // equal zero-padded prefixes: the shorter id is a prefix of the longer
+          }
+          return Integer.compare(a, b);
+        }
+      }.sort(0, maxDoc);
+      int[] ranks = new int[maxDoc];
+      for (int i = 0; i < maxDoc; i++) ranks[perm[i]] = i;
+      idRanks = ranks;
+      return ranks;
+    }
+  }
+
   private Query build(String q) throws Exception {
     return (Query) buildQuery.invoke(generator, CONTENTS, analyzer, q);
   }
@@ -192,7 +251,7 @@ public final class BatchSearch implements Closeable {
 
   private final AtomicInteger fallbacks = new AtomicInteger();
 
-  /** Queries whose tie at the k-th score crossed the margin and were re-run with Lucene's (score, id) sort. */
+  /** Queries whose tie at the k-th score ran past the margin, so they were searched again deeper. */
   public int fallbacks() { return fallbacks.get(); }
 
   /**
@@ -200,19 +259,23 @@ public final class BatchSearch implements Closeable {
    *
    * That sort's collector copies every competitive hit's id doc value and compares ids whenever scores tie;
    * here Lucene's score-only collector (ties by Lucene doc id, with its usual dynamic pruning) gathers the
-   * top k + margin, and only the hits whose score ties another's read their ids.  If the (k + margin)-th
-   * score still equals the k-th, docs tied with the k-th may lie past the margin, so that query is searched
-   * again with the field sort.  Otherwise every doc scoring >= the k-th score has been collected, and the
-   * first k of them by (score desc, id asc, doc asc) are the field sort's first k.
+   * top k + margin, and only the runs of equal scores reaching into the first k are re-sorted, by the ids'
+   * precomputed order (idRanks).  If the last hit collected still ties the k-th, docs tied with the k-th may lie
+   * further down, so the query is searched again with four times the depth until the run ends (or every hit is
+   * collected).  Then every doc scoring >= the k-th score has been collected, and the first k of them by (score
+   * desc, id asc, doc asc) are the field sort's first k.
    */
   private ScoreDoc[] topByScoreThenId(Query query, int k) throws IOException {
     int m = k + margin(k);
     ScoreDoc[] sds = searcher.search(query, m).scoreDocs;  // score desc, Lucene doc asc
-    int n = sds.length;
-    if (n == m && sds[m - 1].score >= sds[k - 1].score) {
-      fallbacks.incrementAndGet();
-      return searcher.search(query, k, BREAK_SCORE_TIES_BY_DOCID, true).scoreDocs;
+    boolean widened = false;
+    while (sds.length == m && m < reader.maxDoc() && sds[m - 1].score >= sds[k - 1].score) {
+      widened = true;
+      m = (int) Math.min(reader.maxDoc(), 4L * m);
+      sds = searcher.search(query, m).scoreDocs;
     }
+    if (widened) fallbacks.incrementAndGet();
+    int n = sds.length;
     int cut = Math.min(n, k);
     // runs of equal scores that reach into the first k get sorted by id (a run is contiguous: sorted by score)
     for (int i = 0; i < cut; ) {
@@ -224,30 +287,14 @@ public final class BatchSearch implements Closeable {
     return n == cut ? sds : java.util.Arrays.copyOf(sds, cut);
   }
 
-  /** Sorts sds[from, to) (equal scores) by the "id" doc value, bytes unsigned, then Lucene doc. */
+  /** Sorts sds[from, to) (equal scores) by the "id" doc value, bytes unsigned, then Lucene doc (see idRanks). */
   private void sortById(ScoreDoc[] sds, int from, int to) throws IOException {
+    final int[] ranks = idRanks();
+    long[] keys = new long[to - from];
+    for (int i = from; i < to; i++) keys[i - from] = ((long) ranks[sds[i].doc] << 32) | (i - from);
+    java.util.Arrays.sort(keys);
     ScoreDoc[] run = java.util.Arrays.copyOfRange(sds, from, to);
-    java.util.Arrays.sort(run, (a, b) -> Integer.compare(a.doc, b.doc));  // doc values are read forward
-    BytesRef[] ids = new BytesRef[run.length];
-    List<LeafReaderContext> leaves = reader.leaves();
-    int leaf = -1;
-    BinaryDocValues dv = null;
-    for (int i = 0; i < run.length; i++) {
-      int doc = run[i].doc;
-      while (leaf < 0 || doc >= leaves.get(leaf).docBase + leaves.get(leaf).reader().maxDoc()) {
-        leaf++;
-        dv = leaves.get(leaf).reader().getBinaryDocValues(ID);
-      }
-      int d = doc - leaves.get(leaf).docBase;
-      ids[i] = dv != null && dv.advanceExact(d) ? BytesRef.deepCopyOf(dv.binaryValue()) : new BytesRef();
-    }
-    Integer[] order = new Integer[run.length];
-    for (int i = 0; i < order.length; i++) order[i] = i;
-    java.util.Arrays.sort(order, (a, b) -> {
-      int c = ids[a].compareTo(ids[b]);
-      return c != 0 ? c : Integer.compare(run[a].doc, run[b].doc);
-    });
-    for (int i = 0; i < order.length; i++) sds[from + i] = run[order[i]];
+    for (int i = 0; i < keys.length; i++) sds[from + i] = run[(int) keys[i]];
   }
 
   /**
