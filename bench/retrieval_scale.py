@@ -238,7 +238,7 @@ def child(args) -> dict:
         from retrievers.java import jvm_info
 
         return {"seconds": seconds, "rss_mb": rss_mb(), "heap": jvm_info()["heap_max"], "torch": "torch" in sys.modules,
-                "tie_fallbacks": r.describe().get("tie_fallbacks")}
+                "tie_fallbacks": r.describe().get("tie_fallbacks"), "id_order_seconds": r.describe().get("id_order_seconds")}
     if role == "bare-search":
         os.environ["QA_JAVA_XMX"] = args.bare_heap
         from retrievers.java import import_pyserini_lucene
@@ -289,6 +289,8 @@ def main() -> int:
     p.add_argument("--bare-heap", default=BARE_HEAP, help="JVM -Xmx of the bare batch_search side")
     p.add_argument("--cache", help="where passages and indexes go (default <cache>/bench/retrieval_scale)")
     p.add_argument("--skip-index", action="store_true", help="reuse indexes built by an earlier run (search only)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="alternating ours/bare search runs per size and k; q/s are their medians (this VM varies +-15%%)")
     # child-process arguments
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--passages", help=argparse.SUPPRESS)
@@ -338,12 +340,20 @@ def main() -> int:
         index_path = next(Path(ours_root).glob("*/_COMPLETE")).parent
         for k in ks:
             out_o, out_b = str(cache / f"ours-{n}-k{k}"), str(cache / f"bare-{n}-k{k}")
-            o = run_child("ours-search", passages=root, index_root=ours_root, threads=args.threads, queries=args.queries, k=k, out=out_o)
-            b = run_child("bare-search", passages=root, index_path=index_path, threads=args.threads, queries=args.queries, k=k,
-                          out=out_b, bare_heap=args.bare_heap)
-            row[f"k{k}"] = {"ours": args.queries / o["seconds"], "bare": args.queries / b["seconds"], "ours_rss": o["rss_mb"],
+            ours_s, bare_s = [], []
+            for _ in range(args.repeat):  # alternating, so drift of the machine hits both sides alike
+                o = run_child("ours-search", passages=root, index_root=ours_root, threads=args.threads, queries=args.queries, k=k,
+                              out=out_o)
+                b = run_child("bare-search", passages=root, index_path=index_path, threads=args.threads, queries=args.queries,
+                              k=k, out=out_b, bare_heap=args.bare_heap)
+                ours_s.append(o["seconds"])
+                bare_s.append(b["seconds"])
+            ratios = sorted(b_ / o_ for o_, b_ in zip(ours_s, bare_s))
+            row[f"k{k}"] = {"ours": args.queries / float(np.median(ours_s)), "bare": args.queries / float(np.median(bare_s)),
+                            "runs": args.repeat, "ratio_range": (ratios[0], ratios[-1]), "ours_rss": o["rss_mb"],
                             "bare_rss": b["rss_mb"], "identical": identical(out_o, out_b), "heaps": (o["heap"], b["heap"]),
-                            "torch": (o["torch"], b["torch"])}
+                            "torch": (o["torch"], b["torch"]),
+                            "deeper": o.get("tie_fallbacks"), "id_order_s": o.get("id_order_seconds")}
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
 
@@ -359,12 +369,17 @@ def main() -> int:
                   f"{r['pyserini_documented_index']:>19,.0f} | {r['ours_index'] / r['pyserini_documented_index']:>5.2f} | "
                   f"{r['ours_index_rss']:>10,.0f} + {r['ours_index_jvm_rss']:>6,.0f} MB{'':>6} | "
                   f"{r['pyserini_index_rss']:>9,.0f}, {r['pyserini_documented_index_rss']:>6,.0f} MB{'':>5}")
-    print(f"\n{'passages':>10} | {'k':>5} | {'ours q/s':>9} | {'bare q/s':>9} | {'speed-up':>8} | {'ours RSS':>9} | {'bare RSS':>9} | {'RSS ratio':>9} | identical | heaps (ours, bare) | torch imported (ours, bare)")
+    if args.repeat > 1:
+        print(f"\nsearch q/s: medians of {args.repeat} alternating runs per side; speed-up range = lowest and highest "
+              "ratio of a run pair")
+    print(f"\n{'passages':>10} | {'k':>5} | {'ours q/s':>9} | {'bare q/s':>9} | {'speed-up':>8} | {'range':>11} | {'ours RSS':>9} | {'bare RSS':>9} | {'RSS ratio':>9} | identical | ties searched deeper | id order s | heaps (ours, bare) | torch imported (ours, bare)")
     for r in rows:
         for k in ks:
             s = r[f"k{k}"]
-            print(f"{r['n']:>10,} | {k:>5} | {s['ours']:>9,.1f} | {s['bare']:>9,.1f} | {s['ours'] / s['bare']:>7.2f}x | {s['ours_rss']:>6,.0f} MB | "
-                  f"{s['bare_rss']:>6,.0f} MB | {s['ours_rss'] / s['bare_rss']:>9.2f} | {'yes' if s['identical'] else 'NO':>9} | {s['heaps']} | {s['torch']}")
+            print(f"{r['n']:>10,} | {k:>5} | {s['ours']:>9,.1f} | {s['bare']:>9,.1f} | {s['ours'] / s['bare']:>7.2f}x | "
+                  f"{s['ratio_range'][0]:>5.2f}-{s['ratio_range'][1]:<5.2f} | {s['ours_rss']:>6,.0f} MB | "
+                  f"{s['bare_rss']:>6,.0f} MB | {s['ours_rss'] / s['bare_rss']:>9.2f} | {'yes' if s['identical'] else 'NO':>9} | "
+                  f"{s.get('deeper')!s:>20} | {s.get('id_order_s')!s:>10} | {s['heaps']} | {s['torch']}")
     if guard is not None:
         return _machine.finish(guard, allow_busy=args.allow_busy)
     print(f"load average after: {os.getloadavg()}")

@@ -275,6 +275,7 @@ class BM25Retriever:
                  "jvm": jvm_info()}
         if batch is not None:
             facts["tie_fallbacks"] = batch.tie_fallbacks
+            facts["id_order_seconds"] = round(batch.id_order_seconds, 3)
         return facts
 
 

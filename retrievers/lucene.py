@@ -122,51 +122,97 @@ _ADDED = re.compile(r": (\d+) docs added\.")
 _INDEXED = re.compile(r"([\d,]+) documents indexed")
 
 
+class IndexCollectionRun:
+    """Anserini's ``IndexCollection`` on a JsonCollection directory, in its own JVM, started ahead of its input.
+
+    With the batch helper's classes (any ``javac``), the JVM starts at construction
+    under ``qaeval.IndexWhenReady``, which loads the indexer and waits: the caller
+    writes the shards meanwhile, and :meth:`run` sends ``go``, so the JVM's start-up
+    overlaps the writing.  Without them the JVM starts in :meth:`run`.  The JVM dies
+    with its parent (Linux) and exits without indexing when stdin closes first.
+    """
+
+    def __init__(self, input_dir: Path, index_dir: Path, args: Sequence[str], threads: int,
+                 memory_buffer_mb: int = 1024, heap: str | None = None, desc: str = "bm25 index"):
+        from retrievers.java import helper_classes, java_command
+
+        self.index_dir, self.desc = index_dir, desc
+        options = ["-collection", "JsonCollection", "-input", str(input_dir), "-index", str(index_dir),
+                   "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(max(1, threads)),
+                   "-memoryBuffer", str(memory_buffer_mb), "-verbose", *args]
+        cmd = java_command(heap)
+        helper = helper_classes()
+        if helper is not None:
+            cp = cmd.index("-cp") + 1
+            cmd[cp] = cmd[cp] + os.pathsep + helper
+            self._cmd = cmd + ["qaeval.IndexWhenReady", *options]
+        else:
+            self._cmd = cmd + ["io.anserini.index.IndexCollection", *options]
+        self._proc: subprocess.Popen | None = None
+        self.started_early = helper is not None
+        if self.started_early:
+            self._proc = self._start(stdin=subprocess.PIPE)
+
+    def _start(self, stdin) -> subprocess.Popen:
+        return subprocess.Popen(self._cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+
+    def run(self, n_docs: int) -> dict:
+        """Index (input complete now), showing progress in docs/s; ``UserError`` with the indexer's error line."""
+        t0 = time.perf_counter()
+        if self._proc is None:
+            self._proc = self._start(stdin=subprocess.DEVNULL)
+        else:
+            assert self._proc.stdin is not None
+            try:
+                self._proc.stdin.write("go\n")
+                self._proc.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass  # the JVM already failed: its output says why
+        proc = self._proc
+        counters: dict[str, int] = {}
+        tail: list[str] = []
+        try:
+            with tqdm(total=n_docs, desc=self.desc, unit="doc", unit_scale=True, leave=False) as bar:
+                done = 0
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    tail = (tail + [line.rstrip()])[-20:]
+                    m = _ADDED.search(line)
+                    if m:
+                        done += int(m.group(1))
+                        bar.update(int(m.group(1)))
+                        bar.set_postfix_str(f"{done / max(time.perf_counter() - t0, 1e-9):,.0f} docs/s")
+                    for name in ("indexed", "unindexable", "empty", "skipped", "errors"):
+                        m2 = re.search(rf"{name}:\s+([\d,]+)", line)
+                        if m2:
+                            counters[name] = int(m2.group(1).replace(",", ""))
+            rc = proc.wait()
+        except BaseException:
+            self.close()
+            raise
+        if rc != 0 or "indexed" not in counters:
+            errors = [t for t in tail if "ERROR" in t or "Exception" in t] or tail[-3:]
+            raise UserError(f"{self.index_dir}: Anserini IndexCollection failed (exit {rc}): {' | '.join(errors)[:500]}")
+        counters["seconds"] = time.perf_counter() - t0
+        return counters
+
+    def close(self) -> None:
+        """Stop the JVM if it still runs (a build that failed before or during :meth:`run`)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def run_index_collection(input_dir: Path, index_dir: Path, args: Sequence[str], threads: int, n_docs: int,
                          memory_buffer_mb: int = 1024, heap: str | None = None, desc: str = "bm25 index") -> dict:
-    """Run Anserini's ``IndexCollection`` on a JsonCollection directory, in its own JVM.
-
-    Shows progress in docs/s (from the indexer's per-file log lines); raises
-    ``UserError`` with the indexer's last error line when it fails.  Returns the
-    final counters (``indexed``, ``empty``, ...).
-    """
-    from retrievers.java import java_command
-
-    cmd = java_command(heap) + [
-        "io.anserini.index.IndexCollection", "-collection", "JsonCollection", "-input", str(input_dir),
-        "-index", str(index_dir), "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(max(1, threads)),
-        "-memoryBuffer", str(memory_buffer_mb), "-verbose", *args,
-    ]
-    counters: dict[str, int] = {}
-    tail: list[str] = []
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+    """Run Anserini's ``IndexCollection`` on a complete JsonCollection directory (see :class:`IndexCollectionRun`)."""
+    indexer = IndexCollectionRun(input_dir, index_dir, args, threads, memory_buffer_mb, heap, desc)
     try:
-        with tqdm(total=n_docs, desc=desc, unit="doc", unit_scale=True, leave=False) as bar:
-            done = 0
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                tail = (tail + [line.rstrip()])[-20:]
-                m = _ADDED.search(line)
-                if m:
-                    done += int(m.group(1))
-                    bar.update(int(m.group(1)))
-                    bar.set_postfix_str(f"{done / max(time.perf_counter() - t0, 1e-9):,.0f} docs/s")
-                for name in ("indexed", "unindexable", "empty", "skipped", "errors"):
-                    m2 = re.search(rf"{name}:\s+([\d,]+)", line)
-                    if m2:
-                        counters[name] = int(m2.group(1).replace(",", ""))
-        rc = proc.wait()
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    if rc != 0 or "indexed" not in counters:
-        errors = [t for t in tail if "ERROR" in t or "Exception" in t] or tail[-3:]
-        raise UserError(f"{index_dir}: Anserini IndexCollection failed (exit {rc}): {' | '.join(errors)[:500]}")
-    counters["seconds"] = time.perf_counter() - t0
-    return counters
+        return indexer.run(n_docs)
+    finally:
+        indexer.close()
 
 
 def build_index(contents: Callable[[], Iterator[Sequence[str]]], n_docs: int, path: Path, *, language: str = "en",
@@ -187,12 +233,17 @@ def build_index(contents: Callable[[], Iterator[Sequence[str]]], n_docs: int, pa
     try:
         shards = max(threads, math.ceil(n_docs / SHARD_DOCS))
         shards = int(math.ceil(shards / threads) * threads)
-        t0 = time.perf_counter()
-        written = write_jsonl_shards(contents(), n_docs, tmp / "jsonl", shards)
-        t_write = time.perf_counter() - t0
-        counters = run_index_collection(tmp / "jsonl", tmp / "index", index_args(language, pretokenized), threads, written)
+        # the indexer's JVM starts while the shards are written (it waits for them)
+        indexer = IndexCollectionRun(tmp / "jsonl", tmp / "index", index_args(language, pretokenized), threads)
+        try:
+            t0 = time.perf_counter()
+            written = write_jsonl_shards(contents(), n_docs, tmp / "jsonl", shards)
+            t_write = time.perf_counter() - t0
+            counters = indexer.run(written)
+        finally:
+            indexer.close()
         shutil.rmtree(tmp / "jsonl")
-        counters.update(write_seconds=t_write, threads=threads, docs=written)
+        counters.update(write_seconds=t_write, threads=threads, docs=written, jvm_started_early=indexer.started_early)
         (tmp / "index" / "_COMPLETE").write_text(json.dumps(counters) + "\n")
         os.replace(tmp / "index", path)
     finally:
@@ -269,8 +320,13 @@ class BatchSearcher:
 
     @property
     def tie_fallbacks(self) -> int:
-        """Queries so far whose tie at the k-th score ran past the margin (re-run with Lucene's field sort)."""
+        """Queries so far whose tie at the k-th score ran past the margin (searched again, deeper)."""
         return int(self._java.fallbacks())
+
+    @property
+    def id_order_seconds(self) -> float:
+        """Time spent once sorting the index's ids (the order score ties are broken in)."""
+        return float(self._java.idOrderSeconds())
 
     def close(self) -> None:
         try:

@@ -272,6 +272,46 @@ def test_killed_build_is_never_served_and_is_rebuilt(reqa_dev, reqa_bm25, tmp_pa
     np.testing.assert_array_equal(a.scores, b.scores)
 
 
+def _processes_mentioning(path: Path) -> list[str]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if str(path) in cmd:
+                found.append(pid)
+    return found
+
+
+def test_indexer_jvm_starts_while_shards_are_written_and_stops_when_they_fail(reqa_dev, tmp_path):
+    """The indexer JVM is started before the shards exist and waits; a source that breaks leaves no JVM behind."""
+    from retrievers.lucene import build_index
+
+    texts = list(reqa_dev.corpus.texts[:3000])
+    seen = {}
+
+    def contents():
+        yield texts[:1500]
+        seen["jvms"] = _processes_mentioning(tmp_path / "ok")  # the JVM is up while the shards are being written
+        yield texts[1500:]
+
+    counters = build_index(contents, len(texts), tmp_path / "ok" / "idx", threads=2)
+    assert counters["indexed"] == len(texts) and counters["jvm_started_early"] is True
+    assert len(seen["jvms"]) == 1, "one indexer JVM, started before the shards were complete"
+    assert (tmp_path / "ok" / "idx" / "_COMPLETE").is_file()
+
+    def broken():
+        yield texts[:1500]
+        raise RuntimeError("the corpus source broke")
+
+    with pytest.raises(RuntimeError, match="source broke"):
+        build_index(broken, len(texts), tmp_path / "bad" / "idx", threads=2)
+    assert _processes_mentioning(tmp_path / "bad") == [], "the waiting JVM is stopped"
+    assert list((tmp_path / "bad").iterdir()) == [], "nothing half-built is left"
+
+
 def test_thai_pretokenized_index_identical_to_batch_search():
     """Thai goes through ``pretokenize`` (IndexCollection ``-pretokenized``): same rankings as batch_search."""
     from data.registry import load_dataset
