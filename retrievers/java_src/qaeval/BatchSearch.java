@@ -169,6 +169,10 @@ public final class BatchSearch implements Closeable {
   }
 
   private volatile int[] idRanks = null;
+  private volatile double idOrderSeconds = 0;
+
+  /** How long computing the ids' order took (0 until a tie needed it). */
+  public double idOrderSeconds() { return idOrderSeconds; }
 
   /**
    * Each Lucene doc's position in the order of Lucene's (id STRING_VAL) sort field: the "id" doc value's bytes,
@@ -180,6 +184,7 @@ public final class BatchSearch implements Closeable {
     if (r != null) return r;
     synchronized (this) {
       if (idRanks != null) return idRanks;
+      final long t0 = System.nanoTime();
       final int maxDoc = reader.maxDoc();
       final int[] start = new int[maxDoc + 1];
       final long[] prefix = new long[maxDoc];
@@ -225,6 +230,7 @@ public final class BatchSearch implements Closeable {
       }.sort(0, maxDoc);
       int[] ranks = new int[maxDoc];
       for (int i = 0; i < maxDoc; i++) ranks[perm[i]] = i;
+      idOrderSeconds = (System.nanoTime() - t0) / 1e9;
       idRanks = ranks;
       return ranks;
     }
