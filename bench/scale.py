@@ -11,11 +11,20 @@ own subprocess (so its peak RSS, ``ru_maxrss`` from ``os.wait4``, is its own),
 on a cache directory of its own (nothing is reused from earlier runs):
 
 1. ``store``: build the out-of-core corpus store (:mod:`data.corpus_store`);
-2. ``index``: build the BM25 index (``retrievers.bm25``);
+2. ``index``: build the BM25 index (``retrievers.bm25``; timed after the
+   in-process JVM started and our batch helper was compiled -- once per
+   install -- as Pyserini's side is timed after its JVM started);
 3. ``retrieve``: search ``--questions`` (2,000) questions at ``--depth`` (1000)
    and decide DPR has-answer over every retrieved passage (top-k accuracy);
 4. ``read``: read the top 5 passages of ``--read-questions`` (500) questions
    with the extractive reader (``../shared/models/minilm-squad-reader``).
+
+5. ``pyserini`` (unless ``--no-pyserini``): Pyserini's own indexer
+   (``python -m pyserini.index.lucene``, same threads, our index options) on
+   the same passages as JsonCollection JSONL shards (``title\ntext``, as our
+   store indexes them; converted from the TSV once, untimed: Pyserini cannot
+   read the TSV), against our store + index from the TSV -- the issue's
+   "corpus store + index at >= 0.9x the docs/s of Pyserini's own indexer".
 
 It prints a table (seconds, peak RSS, growth ratio per 10x of N), disk use,
 and an extrapolation to DPR's 21,015,324 passages from the measured growth
@@ -117,6 +126,51 @@ def write_corpus(n: int, path: Path, source: tuple[list[str], list[int], list[st
     os.replace(tmp, path)
 
 
+def write_jsonl(tsv: Path, out_dir: Path, shards: int) -> None:
+    """The TSV's passages as JsonCollection shards (``{"id", "contents": "title\\ntext"}``), for Pyserini's indexer."""
+    if (out_dir / "_COMPLETE").is_file():
+        return
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with open(tsv, newline="", encoding="utf-8") as f:
+        n = sum(1 for _ in csv.reader(f, delimiter="\t")) - 1
+    per = math.ceil(n / shards)
+    out = None
+    with open(tsv, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f, delimiter="\t")
+        next(reader)
+        for i, (pid, text, title) in enumerate(reader):
+            if i % per == 0:
+                if out is not None:
+                    out.close()
+                out = open(tmp / f"docs-{i // per:03d}.jsonl", "w", encoding="utf-8")
+            out.write(json.dumps({"id": pid, "contents": f"{title}\n{text}" if title else text}, ensure_ascii=False) + "\n")
+    if out is not None:
+        out.close()
+    (tmp / "_COMPLETE").write_text("ok\n")
+    os.replace(tmp, out_dir)
+
+
+def _pyserini_index(jsonl: str, threads: int) -> dict:
+    """Pyserini's ``pyserini.index.lucene`` in this process (JVM started first, as its own start-up cannot here)."""
+    import runpy
+
+    from data.io import cache_dir
+    from retrievers.java import ensure_jvm
+    from retrievers.lucene import index_args
+
+    os.environ["QA_JAVA_XMX"] = os.environ.get("QA_JAVA_INDEX_XMX", "4g")  # the heap our indexer JVM gets
+    ensure_jvm()
+    out = cache_dir("pyserini-index")
+    sys.argv = ["pyserini.index.lucene", "-collection", "JsonCollection", "-input", jsonl, "-index", str(out),
+                "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads), *index_args()]
+    t0 = time.perf_counter()
+    runpy.run_module("pyserini.index.lucene", run_name="__main__")
+    return {"index_s": round(time.perf_counter() - t0, 3)}
+
+
 def write_questions(path: Path, data_dir: Path, count: int) -> None:
     """SQuAD dev questions (every k-th, spread over all articles) as a DPR qa.csv."""
     from data.registry import load_squad_any
@@ -139,6 +193,8 @@ def child(stage: str, tsv: str, qa: str, depth: int, questions: int, read_questi
 
     if stage == "read":
         return _read(reader, threads)
+    if stage == "pyserini":
+        return _pyserini_index(tsv, threads)
     from data.registry import load_dataset
 
     t0 = time.perf_counter()
@@ -151,6 +207,9 @@ def child(stage: str, tsv: str, qa: str, depth: int, questions: int, read_questi
         info["store_bytes"] = store.disk_bytes
         info["passages_per_s"] = store.manifest.get("passages_per_s")
         return info
+    from retrievers.java import ensure_jvm
+
+    ensure_jvm()  # JVM up and the batch helper compiled (once per install) before the clock, as on Pyserini's side
     retriever = stages.build_retriever("bm25", {"bm25": {"threads": threads}})
     t0 = time.perf_counter()
     retriever.index(ds.corpus)
@@ -258,6 +317,16 @@ def report(results: dict, sizes: list[int], threads: int) -> str:
         acc = r["retrieve"].get("dpr", {})
         lines.append(f"| {n:,} | {d['store'] / 2**20:.0f} | {d['bm25'] / 2**20:.0f} | {r['store'].get('passages_per_s') or 0:,.0f} |"
                      f" {acc.get('Top20', float('nan')):.4f} / {acc.get('Top100', float('nan')):.4f} |")
+    if all("pyserini" in results["runs"][str(n)] for n in sizes):
+        lines += ["", "Building from the file: our corpus store + BM25 index from the TSV vs Pyserini's own indexer "
+                  "(`pyserini.index.lucene`, same threads and index options) on the same passages as JSONL:", "",
+                  "| N | ours: store + index s | docs/s | Pyserini's indexer s | docs/s | ratio (ours / Pyserini docs/s) |",
+                  "|---|---|---|---|---|---|"]
+        for n in sizes:
+            r = results["runs"][str(n)]
+            ours = stage_seconds(r["store"]) + stage_seconds(r["index"])
+            theirs = r["pyserini"]["index_s"]
+            lines.append(f"| {n:,} | {ours:.1f} | {n / ours:,.0f} | {theirs:.1f} | {n / theirs:,.0f} | {theirs / ours:.2f} |")
     per_passage = (disk[-1]["store"] + disk[-1]["bm25"]) / sizes[-1]
     lines += ["", f"Extrapolation to {DPR_PASSAGES:,} passages (power law through the two largest sizes, time at least linear"
               " in N for store, index and retrieve; disk linear):", "",
@@ -289,7 +358,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale"), help="output stem (.md and .json)")
     p.add_argument("--report-only", action="store_true", help="re-render --out's tables from its saved JSON")
     p.add_argument("--allow-busy", action="store_true", help="exit 0 on a busy machine (the table is still marked NOT A RESULT)")
-    p.add_argument("--child", choices=STAGES, help=argparse.SUPPRESS)
+    p.add_argument("--no-pyserini", action="store_true", help="skip the comparison with Pyserini's own indexer")
+    p.add_argument("--child", choices=STAGES + ("pyserini",), help=argparse.SUPPRESS)
     p.add_argument("--tsv", help=argparse.SUPPRESS)
     p.add_argument("--qa", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -339,6 +409,16 @@ def main(argv=None) -> int:
             runs[stage] = run_stage(stage, cache, args, tsv, qa)
             print(f"N={n:,} {stage}: {json.dumps(runs[stage])}", file=sys.stderr)
         runs["disk"] = {"store": du(cache / "corpus_store"), "bm25": du(cache / "bm25"), "tsv": tsv.stat().st_size}
+        if not args.no_pyserini and {"store", "index"} <= set(runs):
+            from retrievers.lucene import SHARD_DOCS
+
+            shards = max(args.threads, math.ceil(n / SHARD_DOCS))
+            shards = int(math.ceil(shards / args.threads) * args.threads)  # as many files as our index build writes
+            jsonl = root / f"psgs_squad_{n}.jsonl"
+            write_jsonl(tsv, jsonl, shards)
+            runs["pyserini"] = run_stage("pyserini", cache, args, jsonl, qa)
+            shutil.rmtree(cache / "pyserini-index", ignore_errors=True)
+            print(f"N={n:,} pyserini: {json.dumps(runs['pyserini'])}", file=sys.stderr)
         results["runs"][str(n)] = runs
     _machine.finish(guard, allow_busy=True, file=sys.stderr)
     results["machine"] = f"{guard.header()}; after {guard.load_after:.2f}" + ("" if not guard.busy else " (busy: NOT A RESULT)")
