@@ -109,3 +109,37 @@ def test_scale_extrapolation_is_at_least_linear_where_the_work_is():
     assert "| 4.0 |" in index_row  # the measured seconds
     hours = [line for line in text.splitlines() if line.startswith("| index | ") and line.count("|") == 5][0]
     assert float(hours.split("|")[2]) == pytest.approx(4.0 * 21_015_324 / 10_000 / 3600, abs=0.01)
+
+
+def test_scale_compares_store_plus_index_with_pyserinis_indexer(tmp_path):
+    """bench/scale.py: Pyserini's indexer gets the TSV's passages as JSONL shards (contents = title\\ntext, as our
+    store indexes them), and the report sets its time against our store + index time."""
+    import csv
+    import json
+
+    from bench.scale import report, write_jsonl
+
+    tsv = tmp_path / "psgs.tsv"
+    rows = [("1", 'a "quoted" text', "Title One"), ("2", "untitled text", ""), ("3", "tab-free, comma, text", "T3")]
+    with open(tsv, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, delimiter="\t")
+        w.writerow(["id", "text", "title"])
+        w.writerows(rows)
+    write_jsonl(tsv, tmp_path / "jsonl", shards=2)
+    shards = sorted((tmp_path / "jsonl").glob("*.jsonl"))
+    assert [p.name for p in shards] == ["docs-000.jsonl", "docs-001.jsonl"] and (tmp_path / "jsonl" / "_COMPLETE").is_file()
+    docs = [json.loads(line) for p in shards for line in p.read_text(encoding="utf-8").splitlines()]
+    assert docs == [{"id": pid, "contents": f"{title}\n{text}" if title else text} for pid, text, title in rows]
+
+    def run(store_s, index_s, pyserini_s):
+        return {"store": {"stage": "store", "load_s": store_s, "peak_rss_mib": 100, "passages_per_s": 1000},
+                "index": {"stage": "index", "index_s": index_s, "peak_rss_mib": 200},
+                "retrieve": {"stage": "retrieve", "search_s": 1.0, "has_answer_s": 1.0, "peak_rss_mib": 300, "dpr": {}},
+                "read": {"stage": "read", "read_s": 5.0, "peak_rss_mib": 400}, "disk": {"store": 2**20, "bm25": 2**20},
+                "pyserini": {"stage": "pyserini", "index_s": pyserini_s, "peak_rss_mib": 250}}
+
+    results = {"args": {"questions": 10, "depth": 5, "read_questions": 2, "threads": 2},
+               "runs": {"1000": run(1.0, 2.0, 2.7), "10000": run(2.0, 8.0, 12.0)}}
+    lines = report(results, [1000, 10000], 2).splitlines()
+    assert "| 1,000 | 3.0 | 333 | 2.7 | 370 | 0.90 |" in lines
+    assert "| 10,000 | 10.0 | 1,000 | 12.0 | 833 | 1.20 |" in lines
