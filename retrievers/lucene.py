@@ -119,7 +119,6 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
 
 
 _ADDED = re.compile(r": (\d+) docs added\.")
-_INDEXED = re.compile(r"([\d,]+) documents indexed")
 
 
 class IndexCollectionRun:
@@ -205,14 +204,11 @@ class IndexCollectionRun:
             proc.wait()
 
 
-def run_index_collection(input_dir: Path, index_dir: Path, args: Sequence[str], threads: int, n_docs: int,
-                         memory_buffer_mb: int = 1024, heap: str | None = None, desc: str = "bm25 index") -> dict:
-    """Run Anserini's ``IndexCollection`` on a complete JsonCollection directory (see :class:`IndexCollectionRun`)."""
-    indexer = IndexCollectionRun(input_dir, index_dir, args, threads, memory_buffer_mb, heap, desc)
-    try:
-        return indexer.run(n_docs)
-    finally:
-        indexer.close()
+def shard_count(n_docs: int, threads: int) -> int:
+    """How many JSONL shards a build writes: at most SHARD_DOCS documents each, a multiple of ``threads``."""
+    threads = max(1, threads)
+    shards = max(threads, math.ceil(n_docs / SHARD_DOCS))
+    return int(math.ceil(shards / threads) * threads)
 
 
 def build_index(contents: Callable[[], Iterator[Sequence[str]]], n_docs: int, path: Path, *, language: str = "en",
@@ -231,8 +227,7 @@ def build_index(contents: Callable[[], Iterator[Sequence[str]]], n_docs: int, pa
     shutil.rmtree(path, ignore_errors=True)  # no _COMPLETE: never served, rebuilt
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.build.", dir=path.parent))
     try:
-        shards = max(threads, math.ceil(n_docs / SHARD_DOCS))
-        shards = int(math.ceil(shards / threads) * threads)
+        shards = shard_count(n_docs, threads)
         # the indexer's JVM starts while the shards are written (it waits for them)
         indexer = IndexCollectionRun(tmp / "jsonl", tmp / "index", index_args(language, pretokenized), threads)
         try:

@@ -125,7 +125,7 @@ def test_scale_compares_store_plus_index_with_pyserinis_indexer(tmp_path):
         w = csv.writer(f, delimiter="\t")
         w.writerow(["id", "text", "title"])
         w.writerows(rows)
-    write_jsonl(tsv, tmp_path / "jsonl", shards=2)
+    write_jsonl(tsv, len(rows), tmp_path / "jsonl", shards=2)
     shards = sorted((tmp_path / "jsonl").glob("*.jsonl"))
     assert [p.name for p in shards] == ["docs-000.jsonl", "docs-001.jsonl"] and (tmp_path / "jsonl" / "_COMPLETE").is_file()
     docs = [json.loads(line) for p in shards for line in p.read_text(encoding="utf-8").splitlines()]

@@ -238,6 +238,19 @@ def test_bm25_index_errors(reqa_dev, tmp_path):
         BM25Retriever(index_path=str(tmp_path / "missing")).index(reqa_dev.corpus)
 
 
+def _processes_mentioning(path: Path) -> list[str]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if str(path) in cmd:
+                found.append(pid)
+    return found
+
+
 def test_killed_build_is_never_served_and_is_rebuilt(reqa_dev, reqa_bm25, tmp_path):
     from retrievers.bm25 import BM25Retriever
 
@@ -257,12 +270,7 @@ def test_killed_build_is_never_served_and_is_rebuilt(reqa_dev, reqa_bm25, tmp_pa
     assert not (root / key).exists(), "a killed build must not leave an index under its final name"
     # the indexer JVM dies with its parent (no orphan keeps writing)
     time.sleep(1.0)
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                assert str(root) not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                pass
+    assert _processes_mentioning(root) == []
     r = BM25Retriever(threads=2, index_dir=str(root)).index(reqa_dev.corpus)
     assert (root / key / "_COMPLETE").is_file()
     assert not list(root.glob(f".{key}.*")), "the next build removes what the killed one left"
@@ -270,19 +278,6 @@ def test_killed_build_is_never_served_and_is_rebuilt(reqa_dev, reqa_bm25, tmp_pa
     a, b = r.search(queries, 100), reqa_bm25.search(queries, 100)
     np.testing.assert_array_equal(a.ids, b.ids)
     np.testing.assert_array_equal(a.scores, b.scores)
-
-
-def _processes_mentioning(path: Path) -> list[str]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if str(path) in cmd:
-                found.append(pid)
-    return found
 
 
 def test_indexer_jvm_starts_while_shards_are_written_and_stops_when_they_fail(reqa_dev, tmp_path):

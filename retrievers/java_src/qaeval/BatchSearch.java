@@ -188,7 +188,7 @@ public final class BatchSearch implements Closeable {
       final int maxDoc = reader.maxDoc();
       final int[] start = new int[maxDoc + 1];
       final long[] prefix = new long[maxDoc];
-      byte[] pool = new byte[Math.max(16, maxDoc * 8)];
+      byte[] pool = new byte[(int) Math.min(1 << 30, Math.max(16L, 8L * maxDoc))];  // grown below if ids are longer
       int used = 0;
       for (LeafReaderContext leaf : reader.leaves()) {
         BinaryDocValues dv = leaf.reader().getBinaryDocValues(ID);
