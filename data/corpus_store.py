@@ -128,19 +128,25 @@ class CorpusStore:
                 out[pos] = v
         return out
 
-    def iter_chunks(self, name: str, rows: np.ndarray | None = None, size: int = BATCH_ROWS) -> Iterator[list[str]]:
+    def iter_chunks(self, name: str, rows: np.ndarray | None = None, size: int = BATCH_ROWS,
+                    arrow: bool = False) -> Iterator:
         """Column ``name`` as lists of at most ``size`` values, in order (over ``rows`` when given).
+
+        With ``arrow`` the chunks are Arrow string arrays instead (no Python
+        object per value: the index build writes their buffers as they are).
 
         A full scan (or one over ascending rows, as corpus-size levels are) reads
         the file one record batch at a time with plain reads, not through the
         memory map, so a pass over the whole corpus does not leave every page of
         it resident (and counted in RSS): memory stays at about one batch.
         """
+        import pyarrow as pa
+
         if rows is not None and not (rows.size < 2 or np.all(np.diff(rows) > 0)):
             for lo in range(0, len(rows), size):
-                yield self.fetch(name, rows[lo : lo + size])
+                values = self.fetch(name, rows[lo : lo + size])
+                yield pa.array(values, pa.string()) if arrow else values
             return
-        import pyarrow as pa
 
         fields = ("title", "text") if name == "contents" else (name,)
         with pa.OSFile(str(self.directory / FILE_NAME), "rb") as f:
@@ -155,6 +161,12 @@ class CorpusStore:
                 batch = reader.get_batch(c).select(list(fields))
                 if rows is not None:
                     batch = batch.take(pa.array(local, type=pa.int64()))
+                if arrow:
+                    values = contents_array(batch.column(0), batch.column(1)) if name == "contents" else batch.column(0)
+                    del batch
+                    for i in range(0, len(values), size):
+                        yield values.slice(i, size)
+                    continue
                 cols = [batch.column(k).to_pylist() for k in fields]
                 del batch
                 values = [f"{t}\n{x}" if t else x for t, x in zip(*cols)] if name == "contents" else cols[0]
@@ -186,6 +198,14 @@ class CorpusStore:
         return Corpus(ids=self.column("id"), texts=contents, contexts=contents,
                       paragraph_ids=np.arange(len(self), dtype=np.int64), titles=self.column("title"),
                       paragraph_texts=[], language=language, bodies=self.column("text"), content_key=self.key)
+
+
+def contents_array(titles, texts):
+    """``title\ntext`` (the text alone where the title is empty) as an Arrow string array, as ``contents`` reads."""
+    import pyarrow.compute as pc
+
+    titles, texts = pc.fill_null(titles, ""), pc.fill_null(texts, "")
+    return pc.if_else(pc.equal(titles, ""), texts, pc.binary_join_element_wise(titles, texts, "\n"))
 
 
 class StoreColumn(Sequence):
@@ -238,6 +258,20 @@ class StoreColumn(Sequence):
     def iter_chunks(self, size: int = BATCH_ROWS) -> Iterator[list[str]]:
         return self.store.iter_chunks(self.name, self.rows, size)
 
+    def iter_arrow_chunks(self, size: int = BATCH_ROWS) -> Iterator:
+        """The values in order as Arrow string arrays of at most ``size`` (see :meth:`CorpusStore.iter_chunks`)."""
+        return self.store.iter_chunks(self.name, self.rows, size, arrow=True)
+
+    def same_as(self, other) -> bool:
+        """Whether ``other`` is a view of the same values (same store, column and rows)."""
+        if other is self:
+            return True
+        if not isinstance(other, StoreColumn) or other.store is not self.store or other.name != self.name:
+            return False
+        if self.rows is None or other.rows is None:
+            return self.rows is None and other.rows is None
+        return bool(np.array_equal(self.rows, other.rows))
+
     def __iter__(self) -> Iterator[str]:
         for chunk in self.iter_chunks():
             yield from chunk
@@ -267,6 +301,9 @@ def build_store(
     total: int | None = None,
 ) -> CorpusStore:
     """Stream ``(id, title, text)`` records into a store at ``directory`` (atomic; under a lock).
+
+    ``records`` may also yield Arrow record batches with those columns (a
+    columnar reader's output, written as they are).
 
     Nothing is kept in memory beyond one record batch.  Duplicate ids are an
     error (found with Arrow's vectorized ``value_counts``, not a Python set).
@@ -304,7 +341,33 @@ def build_store(
                         bar.update(len(ids))
                     ids, titles, texts, size = [], [], [], 0
 
-                for pid, title, text in records:
+                pending: list = []  # record batches of a columnar reader, written as one batch of BATCH_ROWS
+
+                def flush_batches():
+                    nonlocal pending
+                    if pending:
+                        table = pa.Table.from_batches(pending, schema=schema).combine_chunks()
+                        pending = []
+                        for batch in table.to_batches():
+                            writer.write_batch(batch)
+                            bar.update(batch.num_rows)
+
+                pending_rows = pending_bytes = 0
+                for rec in records:
+                    if not isinstance(rec, tuple):  # a record batch (id, title, text) from a columnar reader
+                        flush()
+                        pending.append(pa.record_batch([rec.column(c).cast(pa.string()) for c in COLUMNS], schema=schema))
+                        n += rec.num_rows
+                        pending_rows += rec.num_rows
+                        pending_bytes += rec.nbytes
+                        if pending_rows >= BATCH_ROWS or pending_bytes >= BATCH_BYTES // 2:
+                            flush_batches()
+                            pending_rows = pending_bytes = 0
+                        continue
+                    if pending:
+                        flush_batches()
+                        pending_rows = pending_bytes = 0
+                    pid, title, text = rec
                     ids.append(pid)
                     titles.append(title)
                     texts.append(text)
@@ -313,6 +376,7 @@ def build_store(
                     if len(ids) >= BATCH_ROWS or size >= BATCH_BYTES:
                         flush()
                 flush()
+                flush_batches()
             bar.close()
             if n == 0:
                 raise UserError(f"{desc}: the corpus is empty")

@@ -368,7 +368,8 @@ def open_corpus_store(source, skip_bad_records: bool = False):
     """The corpus store of a corpus source (built on first use), and its sources entry."""
     from data.beir import hub_offline
     from data.corpus_store import cached_store, file_digest, tree_digest
-    from data.open_sources import BadRecords, corpus_files, detect_corpus_format, hub_corpus, read_corpus
+    from data.open_sources import (BadRecords, NeedsPythonReader, corpus_files, detect_corpus_format, hub_corpus,
+                                   read_corpus)
 
     meta: dict = {}
     if source.kind == "hf":
@@ -398,11 +399,17 @@ def open_corpus_store(source, skip_bad_records: bool = False):
     bad = BadRecords(skip_bad_records)
     meta.update({"source": str(path), "format": fmt, "sha256": digest})
 
-    def records():
-        yield from read_corpus(path, fmt, bad)
+    def records(fast: bool):
+        yield from read_corpus(path, fmt, bad, fast=fast)
         meta["skipped_records"] = bad.count
 
-    store = cached_store([fmt, digest, bool(skip_bad_records)], records, meta=meta, desc=f"{path.name} store")
+    key = [fmt, digest, bool(skip_bad_records)]
+    meta["reader"] = "arrow" if fmt == "dpr-tsv" else "python"
+    try:  # a DPR TSV is parsed by Arrow's CSV reader unless it holds something only the csv reader decides
+        store = cached_store(key, lambda: records(fmt == "dpr-tsv"), meta=meta, desc=f"{path.name} store")
+    except NeedsPythonReader:
+        meta["reader"] = "python"
+        store = cached_store(key, lambda: records(False), meta=meta, desc=f"{path.name} store")
     return store, {str(path): digest, "corpus_store": str(store.directory),
                    "_skipped": int(store.manifest.get("skipped_records", 0) or 0)}
 

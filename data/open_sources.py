@@ -245,11 +245,17 @@ def corpus_files(path: Path, fmt: str) -> list[Path]:
     return [path]
 
 
-def read_corpus(path: Path, fmt: str, bad: BadRecords) -> Iterator[tuple[str, str, str]]:
-    """``(id, title, text)`` records of a corpus source, streamed."""
+def read_corpus(path: Path, fmt: str, bad: BadRecords, fast: bool = False) -> Iterator:
+    """``(id, title, text)`` records of a corpus source, streamed.
+
+    With ``fast``, a DPR TSV comes as Arrow record batches (columns id, title,
+    text) from :func:`dpr_tsv_batches`, which raises :class:`NeedsPythonReader`
+    where only the ``csv`` reader can decide; the caller then starts again
+    without ``fast``.
+    """
     for f in corpus_files(path, fmt):
         if fmt == "dpr-tsv":
-            yield from _reading(f, _dpr_tsv(f, bad))
+            yield from _reading(f, dpr_tsv_batches(f) if fast else _dpr_tsv(f, bad))
         elif fmt == "beir":
             yield from _reading(f, _beir_jsonl(f, bad))
         elif fmt == "pyserini":
@@ -290,6 +296,83 @@ def _dpr_tsv(path: Path, bad: BadRecords):
                 bad(f"{path}:{reader.line_num}", "empty passage id")
                 continue
             yield pid, row[order[2]], row[order[1]]
+
+
+class NeedsPythonReader(Exception):
+    """Arrow's CSV reader met something whose reading (or error message) only the ``csv`` reader decides."""
+
+
+# Python's str.strip() whitespace (str.isspace), as an RE2 class: an id with it at either end is one the csv
+# reader would strip (left to that reader)
+_PY_SPACE = r"[\t\n\x0b\x0c\r\x1c-\x1f \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]"
+_EDGE_SPACE = f"^{_PY_SPACE}|{_PY_SPACE}$"
+
+
+def dpr_tsv_batches(path: Path, block_bytes: int = 2 << 20) -> Iterator:
+    """A DPR TSV as Arrow record batches ``(id, title, text)``, parsed by Arrow's streaming CSV reader.
+
+    The same records :func:`_dpr_tsv` (Python's ``csv``, as DPR reads the file)
+    gives, 3-4x faster, for every file that reader reads without complaint.  Where
+    the two could differ -- a byte-order mark, an empty first line (``csv`` takes
+    the line after it for data, not the header), a row without three columns, an
+    unterminated quote, text that is not UTF-8, an empty id or one with
+    surrounding whitespace -- this raises :class:`NeedsPythonReader` and the
+    ``csv`` reader decides (with its ``FILE:LINE`` error, or ``--skip-bad-records``).
+    Equality with :func:`_dpr_tsv` on valid and broken input: tests/test_open_corpus.py.
+    Blocks of 2 MB: at 1M passages as fast as 32 MB blocks and 230 instead of
+    860 MB peak RSS (Arrow reads blocks ahead); a record longer than a block is
+    one Arrow cannot place, handed over too.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
+        head = f.read(3)
+    if head == b"\xef\xbb\xbf" or head[:1] in (b"\n", b"\r"):
+        raise NeedsPythonReader("byte-order mark or empty first line")
+    raw = pa.OSFile(str(path), "rb")
+    stream = pa.CompressedInputStream(raw, "gzip") if gz else raw
+    try:
+
+        names = ["c0", "c1", "c2"]
+        reader = pacsv.open_csv(
+            stream,
+            read_options=pacsv.ReadOptions(column_names=names, block_size=block_bytes, use_threads=True),
+            parse_options=pacsv.ParseOptions(delimiter="\t", quote_char='"', double_quote=True, escape_char=False,
+                                             newlines_in_values=True, ignore_empty_lines=True),
+            convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in names},
+                                                 strings_can_be_null=False, quoted_strings_can_be_null=False))
+        order = (0, 1, 2)  # id, text, title: DPR's psgs_w100 column order
+        first = True
+        schema = pa.schema([("id", pa.string()), ("title", pa.string()), ("text", pa.string())])
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                break
+            if first and batch.num_rows:
+                first = False
+                row = [batch.column(i)[0].as_py() for i in range(3)]
+                if row[0].strip().lower() == "id":
+                    names_ = [c.strip().lower() for c in row]
+                    if sorted(names_) != ["id", "text", "title"]:
+                        raise NeedsPythonReader("bad header")  # the csv reader words the error
+                    order = (names_.index("id"), names_.index("text"), names_.index("title"))
+                    batch = batch.slice(1)
+            if not batch.num_rows:
+                continue
+            ids = batch.column(order[0])
+            if pc.any(pc.equal(ids, "")).as_py() or pc.any(pc.match_substring_regex(ids, _EDGE_SPACE)).as_py():
+                raise NeedsPythonReader("empty id, or one with whitespace to strip")
+            yield pa.record_batch([ids, batch.column(order[2]), batch.column(order[1])], schema=schema)
+    except pa.ArrowInvalid as e:
+        raise NeedsPythonReader(str(e)) from None
+    finally:
+        stream.close()
+        raw.close()
 
 
 def _json_lines(path: Path, bad: BadRecords):

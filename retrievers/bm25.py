@@ -108,7 +108,15 @@ class BM25Retriever:
             else:
                 yield [f"{t} {c}" if c and c != t else t for t, c in zip(texts, ctxs)]
 
-    def _indexed_chunks(self, corpus: Corpus) -> Iterator[list[str]]:
+    def _indexed_chunks(self, corpus: Corpus) -> Iterator:
+        """What the index build writes: lists of texts, or Arrow string arrays straight from a corpus store."""
+        texts = corpus.texts
+        if (self.pretokenize is None and hasattr(texts, "iter_arrow_chunks") and self.field in FIELDS
+                and (self.field == "sentence" or texts.same_as(corpus.contexts))):
+            # a store corpus whose indexed text is its contents column (texts and contexts are the same
+            # values, so every field reads as the text): its Arrow buffers go to the index as they are
+            yield from texts.iter_arrow_chunks(20_000)
+            return
         for chunk in self._content_chunks(corpus):
             if self.pretokenize is not None:
                 chunk = [" ".join(self.pretokenize(s)) for s in chunk]

@@ -9,10 +9,14 @@ when the runtime has it) and start the JVM before pyserini is imported.
 ``pyserini.search.lucene`` refuses to import without ``OPENAI_API_KEY``: a
 dummy value is set for the import only.
 
-Our batch search helper (``retrievers/java_src``, see :mod:`retrievers.lucene`)
-is compiled once, with any ``javac`` >= 11 against the Lucene classes of the
-same jar, into ``<cache>/java/<source hash>`` and put on the classpath before
-the JVM starts.  The JVM heap is sized deliberately (:func:`jvm_heap`): the
+Our Java helpers (``retrievers/java_src``, see :mod:`retrievers.lucene`: the
+batch searcher, and the row-text collection the index build feeds Anserini's
+indexer) are compiled once, with any ``javac`` >= 11 against the same jar, into
+``<cache>/java/<source hash>`` and put on the classpath before the JVM starts.
+The jar's Anserini classes are Java 21 bytecode, which an older ``javac``
+cannot read: the few Anserini types the collection extends are then taken from
+compile-time stand-ins (``retrievers/java_stubs``, same signatures; no class
+files are made from them, the jar's own are loaded at run time).  The JVM heap is sized deliberately (:func:`jvm_heap`): the
 stored Lucene index is memory-mapped outside the heap, and our search path
 keeps only a batch of primitive result arrays on it.
 """
@@ -36,6 +40,7 @@ from pathlib import Path
 from data.errors import UserError
 
 HELPER_SOURCES = Path(__file__).resolve().parent / "java_src"
+HELPER_STUBS = Path(__file__).resolve().parent / "java_stubs"
 DEFAULT_HEAP = "2g"
 
 
@@ -150,8 +155,9 @@ def helper_classes() -> str | None:
     sources = sorted(HELPER_SOURCES.rglob("*.java"))
     jar = anserini_jar()
     h = hashlib.sha256(Path(jar).name.encode())
-    for src in sources:
-        h.update(src.relative_to(HELPER_SOURCES).as_posix().encode() + b"\0" + src.read_bytes())
+    for root in (HELPER_SOURCES, HELPER_STUBS):
+        for src in sorted(root.rglob("*.java")):
+            h.update(src.relative_to(root).as_posix().encode() + b"\0" + src.read_bytes())
     out = cache_dir("java") / h.hexdigest()[:20]
     if (out / "_COMPLETE").is_file():
         return str(out)
@@ -162,8 +168,13 @@ def helper_classes() -> str | None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        proc = subprocess.run([javac, "--release", "11", "-nowarn", "-cp", jar, "-d", str(tmp)] + [str(s) for s in sources],
-                              capture_output=True, text=True, timeout=300)
+        cmd = [javac, "--release", "11", "-nowarn", "-cp", jar, "-d", str(tmp)]
+        proc = subprocess.run(cmd + [str(s) for s in sources], capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0 and "wrong version" in proc.stderr:
+            # a javac older than the jar's Java 21 bytecode: the Anserini types our collection extends come from
+            # stand-ins (java_stubs, no class files generated for them); the jar's classes are loaded at run time
+            proc = subprocess.run(cmd + ["-Xprefer:source", "-implicit:none", "-sourcepath", str(HELPER_STUBS)]
+                                  + [str(s) for s in sources], capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
             _HELPER_PROBLEM[:] = [f"javac failed: {(proc.stderr or proc.stdout).strip().splitlines()[:1]}"]
             shutil.rmtree(tmp, ignore_errors=True)

@@ -1,12 +1,18 @@
 """Lucene indexes for BM25: built from files by Anserini's indexer, searched in batches.
 
-Building (:func:`build_index`): the corpus is streamed in chunks into Pyserini
-``JsonCollection`` JSONL shards (``{"id": row, "contents": text}``), then
-Anserini's multi-threaded ``IndexCollection`` (the program behind
+Building (:func:`build_index`): the corpus is streamed in chunks into input
+files, then Anserini's multi-threaded ``IndexCollection`` (the program behind
 ``python -m pyserini.index.lucene``; Lin et al. 2021, "Pyserini") indexes them in
 a separate JVM, into a temporary directory that becomes the index only when the
 build finished (``_COMPLETE`` marker, ``os.replace``).  A killed build leaves
-only a temporary directory that the next build removes.
+only a temporary directory that the next build removes.  The input files are
+our ``RowTextCollection``'s (:func:`write_row_text_files`: a file's UTF-8 texts
+back to back, their offsets, ids = corpus rows), written from a corpus store's
+Arrow buffers as they are, so neither side encodes or parses JSON per document;
+only without a ``javac`` for our helper classes are they Pyserini
+``JsonCollection`` shards (``{"id": row, "contents": text}``).  Either way the
+documents go through Anserini's own generator, analyzer and IndexWriter: the
+same index (tests/test_bm25_engine.py).
 
 Searching (:class:`BatchSearcher`): the same search as Anserini 1.7's
 ``SimpleSearcher.batch_search`` (same query generator and analyzer, same
@@ -91,6 +97,8 @@ def write_jsonl_shards(contents: Iterator[Sequence[str]], n_docs: int, out_dir: 
     try:
         with tqdm(total=n_docs, desc=desc, unit="doc", unit_scale=True, leave=False) as bar:
             for chunk in contents:
+                if hasattr(chunk, "to_pylist"):  # an Arrow array (a corpus store's texts)
+                    chunk = chunk.to_pylist()
                 lines = []
                 for text in chunk:
                     if written_in_shard >= per:
@@ -107,6 +115,111 @@ def write_jsonl_shards(contents: Iterator[Sequence[str]], n_docs: int, out_dir: 
                 bar.update(len(chunk))
     finally:
         f.close()
+    return row - start_row
+
+
+ROWS_SUFFIX = ".rows"
+ROWS_MAGIC = b"QAROWS01"
+
+
+def _as_arrow(chunk):
+    """A chunk of texts as one Arrow string array, or None when UTF-8 cannot encode one (a lone surrogate)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(chunk, pa.ChunkedArray):
+        chunk = chunk.combine_chunks()
+    if not isinstance(chunk, pa.Array):
+        try:
+            return pa.array(chunk, pa.string())
+        except UnicodeEncodeError:
+            return None
+    if not (pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type)):
+        raise TypeError(f"expected string texts, got {chunk.type}")
+    return pc.fill_null(chunk, "") if chunk.null_count else chunk
+
+
+def _utf8_parts(arr) -> tuple[memoryview, np.ndarray]:
+    """The UTF-8 bytes of a string array's values and their offsets into them (int64, starting at 0)."""
+    import pyarrow as pa
+
+    width = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+    _, offsets_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=width)[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    data = memoryview(data_buf)[lo:hi] if data_buf is not None and hi > lo else memoryview(b"")
+    return data, offsets - lo
+
+
+def write_row_text_files(contents: Iterator, n_docs: int, out_dir: Path, shards: int, start_row: int = 0,
+                         desc: str = "bm25 write") -> int:
+    """Write the documents as ``RowTextCollection`` files (``retrievers/java_src``); returns documents written.
+
+    ``contents`` yields chunks of texts in row order, as lists of ``str`` or Arrow
+    string arrays (a corpus store's, written without a Python object per text).
+    Each of ``shards`` files holds the UTF-8 texts of consecutive rows back to
+    back, then their offsets and a trailer (first row, count, magic); the
+    indexer gives document i of a file the id first + i.  A chunk holding a text
+    UTF-8 cannot encode goes to a JsonCollection ``.jsonl`` file instead (JSON
+    escapes it), which the same collection reads.
+    """
+    import struct
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    per = max(1, math.ceil(n_docs / max(1, shards)))
+    row = start_row
+    state = {"file": None, "first": row, "offsets": [], "bytes": 0, "count": 0, "in_shard": 0, "serial": 0}
+
+    def new_name(suffix: str) -> Path:
+        state["serial"] += 1
+        return out_dir / f"docs-{state['serial']:05d}{suffix}"
+
+    def close_rows() -> None:
+        f = state["file"]
+        if f is None:
+            return
+        f.write(np.concatenate([np.zeros(1, np.int64)] + state["offsets"]).astype("<i8").tobytes())
+        f.write(struct.pack("<qq8s", state["first"], state["count"], ROWS_MAGIC))
+        f.close()
+        state.update(file=None, offsets=[], bytes=0, count=0)
+
+    def write_rows(arr, first: int) -> None:
+        if state["file"] is None:
+            state.update(file=open(new_name(ROWS_SUFFIX), "wb"), first=first)
+        data, offsets = _utf8_parts(arr)
+        state["file"].write(data)
+        state["offsets"].append(offsets[1:] + state["bytes"])
+        state["bytes"] += len(data)
+        state["count"] += len(arr)
+
+    def write_json(texts, first: int) -> None:
+        close_rows()
+        with open(new_name(".jsonl"), "wb") as f:
+            f.write(b"".join(b'{"id": "%d", "contents": %s}\n' % (first + i, _json_bytes(t)) for i, t in enumerate(texts)))
+
+    try:
+        with tqdm(total=n_docs, desc=desc, unit="doc", unit_scale=True, leave=False) as bar:
+            for chunk in contents:
+                arr = _as_arrow(chunk)
+                n = len(chunk)
+                lo = 0
+                while lo < n:
+                    if state["in_shard"] >= per:
+                        close_rows()
+                        state["in_shard"] = 0
+                    take = min(n - lo, per - state["in_shard"])
+                    if arr is None:
+                        write_json(chunk[lo : lo + take], row)
+                    else:
+                        write_rows(arr.slice(lo, take), row)
+                    row += take
+                    lo += take
+                    state["in_shard"] += take
+                bar.update(n)
+        close_rows()
+    finally:
+        if state["file"] is not None:
+            state["file"].close()
     return row - start_row
 
 
@@ -136,11 +249,13 @@ class IndexCollectionRun:
         from retrievers.java import helper_classes, java_command
 
         self.index_dir, self.desc = index_dir, desc
-        options = ["-collection", "JsonCollection", "-input", str(input_dir), "-index", str(index_dir),
+        helper = helper_classes()
+        # with our helper classes the input is row text files (write_row_text_files), else JSONL shards
+        self.collection = "RowTextCollection" if helper is not None else "JsonCollection"
+        options = ["-collection", self.collection, "-input", str(input_dir), "-index", str(index_dir),
                    "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(max(1, threads)),
                    "-memoryBuffer", str(memory_buffer_mb), "-verbose", *args]
         cmd = java_command(heap)
-        helper = helper_classes()
         if helper is not None:
             cp = cmd.index("-cp") + 1
             cmd[cp] = cmd[cp] + os.pathsep + helper
@@ -229,16 +344,18 @@ def build_index(contents: Callable[[], Iterator[Sequence[str]]], n_docs: int, pa
     try:
         shards = shard_count(n_docs, threads)
         # the indexer's JVM starts while the shards are written (it waits for them)
-        indexer = IndexCollectionRun(tmp / "jsonl", tmp / "index", index_args(language, pretokenized), threads)
+        indexer = IndexCollectionRun(tmp / "input", tmp / "index", index_args(language, pretokenized), threads)
         try:
             t0 = time.perf_counter()
-            written = write_jsonl_shards(contents(), n_docs, tmp / "jsonl", shards)
+            write = write_row_text_files if indexer.collection == "RowTextCollection" else write_jsonl_shards
+            written = write(contents(), n_docs, tmp / "input", shards)
             t_write = time.perf_counter() - t0
             counters = indexer.run(written)
         finally:
             indexer.close()
-        shutil.rmtree(tmp / "jsonl")
-        counters.update(write_seconds=t_write, threads=threads, docs=written, jvm_started_early=indexer.started_early)
+        shutil.rmtree(tmp / "input")
+        counters.update(write_seconds=t_write, threads=threads, docs=written, jvm_started_early=indexer.started_early,
+                        collection=indexer.collection)
         (tmp / "index" / "_COMPLETE").write_text(json.dumps(counters) + "\n")
         os.replace(tmp / "index", path)
     finally:

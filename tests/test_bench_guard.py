@@ -143,3 +143,8 @@ def test_scale_compares_store_plus_index_with_pyserinis_indexer(tmp_path):
     lines = report(results, [1000, 10000], 2).splitlines()
     assert "| 1,000 | 3.0 | 333 | 2.7 | 370 | 0.90 |" in lines
     assert "| 10,000 | 10.0 | 1,000 | 12.0 | 833 | 1.20 |" in lines
+    # --repeat: medians of the run pairs, the ratio of the medians with the lowest and highest pair ratio
+    results["runs"]["10000"]["build_repeats"] = [[12.0, 9.0], [9.0, 11.0]]
+    lines = report(results, [1000, 10000], 2).splitlines()
+    assert "| 10,000 | 10.0 | 1,000 | 11.0 | 909 | 1.10 (0.75–1.22, 3 runs each) |" in lines
+    assert any("medians of alternating runs" in line for line in lines)

@@ -187,6 +187,45 @@ def test_index_built_by_pyserini_searched_through_index_path(passages, tmp_path)
         p.unlink()
 
 
+def test_row_text_input_gives_the_index_pyserini_builds_from_jsonl(passages, tmp_path):
+    """Our indexer input -- row text files written from lists or Arrow arrays, and a JSONL file for a chunk UTF-8
+    cannot encode -- gives the index Pyserini's own indexer builds from JSONL of the same texts."""
+    import pyarrow as pa
+
+    from data.types import Corpus
+    from retrievers.bm25 import BM25Retriever
+    from retrievers.lucene import build_index, write_row_text_files
+
+    corpus, questions = passages
+    texts = list(corpus.texts)
+    texts[5] += " zqxjv \ud800 lone surrogate"  # JSON can carry a lone surrogate, UTF-8 cannot
+    texts[7] = ""  # an empty document: counted, not indexed, on both sides
+
+    def chunks():  # shards of 1,500: the Arrow chunk is split between two files
+        return iter([texts[:1000], pa.array(texts[1000:2000], pa.string()), texts[2000:]])
+
+    assert write_row_text_files(chunks(), len(texts), tmp_path / "input", 2) == len(texts)
+    kinds = sorted(p.suffix for p in (tmp_path / "input").iterdir())
+    assert kinds == [".jsonl", ".rows", ".rows"], kinds
+    counters = build_index(chunks, len(texts), tmp_path / "ours", threads=2)
+    assert counters["collection"] == "RowTextCollection"
+    assert counters["indexed"] == len(texts) - 1 and counters["empty"] == 1
+    (tmp_path / "jsonl").mkdir()
+    write_jsonl(tmp_path / "jsonl" / "docs.jsonl", corpus.ids, texts, range(len(texts)))
+    pyserini_index(tmp_path / "jsonl", tmp_path / "theirs")
+    rows = np.arange(len(texts))
+    same = Corpus(ids=[str(i) for i in rows], texts=texts, contexts=texts, paragraph_ids=rows)
+    ours = BM25Retriever(threads=2, index_path=str(tmp_path / "ours")).index(same)
+    theirs = BM25Retriever(threads=2, index_path=str(tmp_path / "theirs")).index(same)
+    queries = questions + ["zqxjv lone surrogate"]
+    a, b = ours.search(queries, 1000), theirs.search(queries, 1000)
+    np.testing.assert_array_equal(a.ids, b.ids)
+    np.testing.assert_array_equal(a.scores, b.scores)
+    assert a.ids[-1, 0] == 5
+    for r in (ours, theirs):
+        r.close()
+
+
 def test_cli_bm25_index_flag_with_pyserini_index_of_natural_ids(data_dir, tmp_path):
     """``pipeline.run --bm25-index`` on Pyserini's index of a SQuAD file's sentences (ids p0s0, ...).
 

@@ -1,7 +1,7 @@
 /*
  * Starts Anserini's IndexCollection only when its input is ready.
  *
- * The parent process starts this JVM first, then writes the JsonCollection shards, then sends "go" on stdin;
+ * The parent process starts this JVM first, then writes the input files, then sends "go" on stdin;
  * meanwhile the JVM starts and loads the indexer's classes, so the JVM's start-up overlaps the writing instead
  * of following it.  Anything else on stdin (or its end: the parent died or gave up) exits without indexing.
  */
@@ -16,7 +16,8 @@ import java.nio.charset.StandardCharsets;
 public final class IndexWhenReady {
   private static final String[] PRELOAD = {
     "org.apache.lucene.index.IndexWriter", "org.apache.lucene.document.Document",
-    "io.anserini.collection.JsonCollection", "io.anserini.index.generator.DefaultLuceneDocumentGenerator",
+    "io.anserini.collection.JsonCollection", "io.anserini.collection.RowTextCollection",
+    "io.anserini.index.generator.DefaultLuceneDocumentGenerator",
     "io.anserini.analysis.DefaultEnglishAnalyzer",
   };
 
