@@ -294,7 +294,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="10k,100k,1M", help="corpus sizes in passages (10k, 100k, 1M, ...)")
     p.add_argument("--queries", type=int, default=2000)
-    p.add_argument("--ks", default="100,1000")
+    p.add_argument("--ks", default="100,1000", help="search depths; \"\" compares the index builds only")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--bare-heap", default=BARE_HEAP, help="JVM -Xmx of the bare batch_search side")
     p.add_argument("--cache", help="where passages and indexes go (default <cache>/bench/retrieval_scale)")
@@ -324,7 +324,7 @@ def main() -> int:
 
     cache = Path(args.cache) if args.cache else cache_dir("bench", "retrieval_scale")
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
-    ks = [int(k) for k in args.ks.split(",")]
+    ks = [int(k) for k in args.ks.split(",") if k.strip()]  # --ks "": the index comparison only
     guard = _machine.start(args.threads) if _machine else None
     if guard is None:
         print(f"load average before: {os.getloadavg()}", file=sys.stderr)
@@ -377,10 +377,11 @@ def main() -> int:
                   f"{r['pyserini_documented_index']:>19,.0f} | {r['ours_index'] / r['pyserini_documented_index']:>5.2f} | "
                   f"{r['ours_index_rss']:>10,.0f} + {r['ours_index_jvm_rss']:>6,.0f} MB{'':>6} | "
                   f"{r['pyserini_index_rss']:>9,.0f}, {r['pyserini_documented_index_rss']:>6,.0f} MB{'':>5}")
-    if args.repeat > 1:
+    if args.repeat > 1 and ks:
         print(f"\nsearch q/s: medians of {args.repeat} alternating runs per side; speed-up range = lowest and highest "
               "ratio of a run pair")
-    print(f"\n{'passages':>10} | {'k':>5} | {'ours q/s':>9} | {'bare q/s':>9} | {'speed-up':>8} | {'range':>11} | {'ours RSS':>9} | {'bare RSS':>9} | {'RSS ratio':>9} | identical | ties searched deeper | id order s | heaps (ours, bare) | torch imported (ours, bare)")
+    if ks:
+        print(f"\n{'passages':>10} | {'k':>5} | {'ours q/s':>9} | {'bare q/s':>9} | {'speed-up':>8} | {'range':>11} | {'ours RSS':>9} | {'bare RSS':>9} | {'RSS ratio':>9} | identical | ties searched deeper | id order s | heaps (ours, bare) | torch imported (ours, bare)")
     for r in rows:
         for k in ks:
             s = r[f"k{k}"]

@@ -9,7 +9,9 @@ CORPUS is ``[FORMAT@]PATH`` or ``hf:wiki_dpr[/CONFIG]``; FORMAT is one of
 
 * ``dpr-tsv``: DPR's ``psgs_w100.tsv[.gz]``, tab-separated ``id, text, title``
   with a header row ``id text title`` (its column order is followed), fields
-  CSV-quoted as DPR writes them (read with ``csv``, tab delimiter, as DPR does);
+  CSV-quoted as DPR writes them (read as DPR reads them, with ``csv`` and a tab
+  delimiter; for speed by Arrow's CSV reader, which hands any file whose reading
+  could differ back to ``csv``: :func:`dpr_tsv_batches`);
 * ``beir``: a BEIR ``corpus.jsonl[.gz]`` (``{"_id", "title", "text"}``) or a
   BEIR directory holding one;
 * ``pyserini``: a Pyserini JsonCollection file or directory of ``.json``/

@@ -187,7 +187,7 @@ def test_index_built_by_pyserini_searched_through_index_path(passages, tmp_path)
         p.unlink()
 
 
-def test_row_text_input_gives_the_index_pyserini_builds_from_jsonl(passages, tmp_path):
+def test_row_text_input_gives_the_index_pyserini_builds_from_jsonl(passages, tmp_path, monkeypatch):
     """Our indexer input -- row text files written from lists or Arrow arrays, and a JSONL file for a chunk UTF-8
     cannot encode -- gives the index Pyserini's own indexer builds from JSONL of the same texts."""
     import pyarrow as pa
@@ -222,7 +222,18 @@ def test_row_text_input_gives_the_index_pyserini_builds_from_jsonl(passages, tmp
     np.testing.assert_array_equal(a.ids, b.ids)
     np.testing.assert_array_equal(a.scores, b.scores)
     assert a.ids[-1, 0] == 5
-    for r in (ours, theirs):
+    # without a javac for our classes the build writes JsonCollection shards (Anserini's own collection): same index
+    import retrievers.java
+
+    monkeypatch.setattr(retrievers.java, "helper_classes", lambda: None)
+    plain = build_index(chunks, len(texts), tmp_path / "plain", threads=2)
+    monkeypatch.undo()
+    assert plain["collection"] == "JsonCollection" and plain["jvm_started_early"] is False
+    third = BM25Retriever(threads=2, index_path=str(tmp_path / "plain")).index(same)
+    c = third.search(queries, 1000)
+    np.testing.assert_array_equal(c.ids, a.ids)
+    np.testing.assert_array_equal(c.scores, a.scores)
+    for r in (ours, theirs, third):
         r.close()
 
 
