@@ -136,7 +136,11 @@ def _as_arrow(chunk):
             return None
     if not (pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type)):
         raise TypeError(f"expected string texts, got {chunk.type}")
-    return pc.fill_null(chunk, "") if chunk.null_count else chunk
+    if chunk.null_count:
+        from data.corpus_store import utf8_scalar
+
+        return pc.fill_null(chunk, utf8_scalar(""))
+    return chunk
 
 
 def _utf8_parts(arr) -> tuple[memoryview, np.ndarray]:

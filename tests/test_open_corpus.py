@@ -267,6 +267,20 @@ def test_store_build_hands_a_tsv_over_to_the_csv_reader(files, tmp_path, monkeyp
     assert ds.corpus.ids[0] == "\ufeff1"  # as csv reads it: the mark stays in the first id
 
 
+def test_building_a_store_and_its_index_input_does_not_import_pandas(files, tmp_path):
+    """Turning a Python object into Arrow makes pyarrow import pandas (0.6 s per process); the TSV store build and
+    the index input written from it convert none."""
+    code = ("import sys; from pathlib import Path; from data.registry import load_dataset; "
+            "from retrievers.lucene import write_row_text_files; "
+            f"ds = load_dataset('open:{files['tsv']}+{files['qa']}', 'dev'); "
+            f"n = write_row_text_files(ds.corpus.texts.iter_arrow_chunks(50), len(ds.corpus), Path({str(tmp_path / 'in')!r}), 2); "
+            "print(n, ds.sources['corpus_store'] != '', 'pandas' in sys.modules)")
+    env = {"QA_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == [str(len(files["passages"])), "True", "False"]
+
+
 def test_dense_over_the_store_reads_rows_lazily_and_ranks_as_in_memory(files, tmp_path, monkeypatch):
     """Dense retrieval encodes a store-backed corpus shard by shard from disk (no list of N texts) and
     ranks exactly as over the same texts held in memory; its embeddings key is the store's content key."""
