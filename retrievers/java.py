@@ -143,6 +143,16 @@ def _javac() -> str | None:
     return None
 
 
+def _javac_major(javac: str) -> int:
+    """The major version of ``javac`` (0 if it cannot tell)."""
+    try:
+        out = subprocess.run([javac, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    m = re.search(r"javac (\d+)", out.stdout + out.stderr)
+    return int(m.group(1)) if m else 0
+
+
 def helper_classes() -> str | None:
     """The compiled batch-search helper's class directory, compiling it on first use; None if no javac.
 
@@ -169,12 +179,13 @@ def helper_classes() -> str | None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         cmd = [javac, "--release", "11", "-nowarn", "-cp", jar, "-d", str(tmp)]
-        proc = subprocess.run(cmd + [str(s) for s in sources], capture_output=True, text=True, timeout=300)
+        # a javac older than the jar's Java 21 bytecode cannot read the Anserini types our collection extends: they
+        # come from stand-ins then (java_stubs, no class files made from them); the jar's classes load at run time
+        stubs = ["-Xprefer:source", "-implicit:none", "-sourcepath", str(HELPER_STUBS)]
+        proc = subprocess.run(cmd + (stubs if 0 < _javac_major(javac) < 21 else []) + [str(s) for s in sources],
+                              capture_output=True, text=True, timeout=300)
         if proc.returncode != 0 and "wrong version" in proc.stderr:
-            # a javac older than the jar's Java 21 bytecode: the Anserini types our collection extends come from
-            # stand-ins (java_stubs, no class files generated for them); the jar's classes are loaded at run time
-            proc = subprocess.run(cmd + ["-Xprefer:source", "-implicit:none", "-sourcepath", str(HELPER_STUBS)]
-                                  + [str(s) for s in sources], capture_output=True, text=True, timeout=300)
+            proc = subprocess.run(cmd + stubs + [str(s) for s in sources], capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
             _HELPER_PROBLEM[:] = [f"javac failed: {(proc.stderr or proc.stdout).strip().splitlines()[:1]}"]
             shutil.rmtree(tmp, ignore_errors=True)

@@ -209,6 +209,10 @@ def test_row_text_input_gives_the_index_pyserini_builds_from_jsonl(passages, tmp
     assert kinds == [".jsonl", ".rows", ".rows"], kinds
     counters = build_index(chunks, len(texts), tmp_path / "ours", threads=2)
     assert counters["collection"] == "RowTextCollection"
+    from retrievers.java import helper_classes
+
+    made = [p.name for p in Path(helper_classes()).rglob("*.class") if "anserini" in p.parts]
+    assert made and all(n.startswith("RowTextCollection") for n in made), made  # no stand-in shadows Anserini's
     assert counters["indexed"] == len(texts) - 1 and counters["empty"] == 1
     (tmp_path / "jsonl").mkdir()
     write_jsonl(tmp_path / "jsonl" / "docs.jsonl", corpus.ids, texts, range(len(texts)))
