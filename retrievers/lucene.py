@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -155,6 +156,34 @@ def _utf8_parts(arr) -> tuple[memoryview, np.ndarray]:
     return data, offsets - lo
 
 
+class _RowTextFile:
+    """One ``RowTextCollection`` file being written: texts appended, offsets and trailer at :meth:`close`."""
+
+    def __init__(self, path: Path, first_row: int):
+        self.first_row = first_row
+        self._f = open(path, "wb")
+        self._offsets: list[np.ndarray] = [np.zeros(1, np.int64)]
+        self._bytes = 0
+        self.count = 0
+
+    def append(self, arr) -> None:
+        data, offsets = _utf8_parts(arr)
+        self._f.write(data)
+        self._offsets.append(offsets[1:] + self._bytes)
+        self._bytes += len(data)
+        self.count += len(arr)
+
+    def close(self) -> None:
+        import struct
+
+        self._f.write(np.concatenate(self._offsets).astype("<i8").tobytes())
+        self._f.write(struct.pack("<qq8s", self.first_row, self.count, ROWS_MAGIC))
+        self._f.close()
+
+    def abandon(self) -> None:
+        self._f.close()
+
+
 def write_row_text_files(contents: Iterator, n_docs: int, out_dir: Path, shards: int, start_row: int = 0,
                          desc: str = "bm25 write") -> int:
     """Write the documents as ``RowTextCollection`` files (``retrievers/java_src``); returns documents written.
@@ -167,63 +196,43 @@ def write_row_text_files(contents: Iterator, n_docs: int, out_dir: Path, shards:
     UTF-8 cannot encode goes to a JsonCollection ``.jsonl`` file instead (JSON
     escapes it), which the same collection reads.
     """
-    import struct
-
     out_dir.mkdir(parents=True, exist_ok=True)
     per = max(1, math.ceil(n_docs / max(1, shards)))
-    row = start_row
-    state = {"file": None, "first": row, "offsets": [], "bytes": 0, "count": 0, "in_shard": 0, "serial": 0}
+    names = (out_dir / f"docs-{i:05d}" for i in itertools.count(1))
+    row, in_shard = start_row, 0
+    current: _RowTextFile | None = None
 
-    def new_name(suffix: str) -> Path:
-        state["serial"] += 1
-        return out_dir / f"docs-{state['serial']:05d}{suffix}"
-
-    def close_rows() -> None:
-        f = state["file"]
-        if f is None:
-            return
-        f.write(np.concatenate([np.zeros(1, np.int64)] + state["offsets"]).astype("<i8").tobytes())
-        f.write(struct.pack("<qq8s", state["first"], state["count"], ROWS_MAGIC))
-        f.close()
-        state.update(file=None, offsets=[], bytes=0, count=0)
-
-    def write_rows(arr, first: int) -> None:
-        if state["file"] is None:
-            state.update(file=open(new_name(ROWS_SUFFIX), "wb"), first=first)
-        data, offsets = _utf8_parts(arr)
-        state["file"].write(data)
-        state["offsets"].append(offsets[1:] + state["bytes"])
-        state["bytes"] += len(data)
-        state["count"] += len(arr)
-
-    def write_json(texts, first: int) -> None:
-        close_rows()
-        with open(new_name(".jsonl"), "wb") as f:
-            f.write(b"".join(b'{"id": "%d", "contents": %s}\n' % (first + i, _json_bytes(t)) for i, t in enumerate(texts)))
+    def finish_file() -> None:
+        nonlocal current
+        if current is not None:
+            current.close()
+            current = None
 
     try:
         with tqdm(total=n_docs, desc=desc, unit="doc", unit_scale=True, leave=False) as bar:
             for chunk in contents:
                 arr = _as_arrow(chunk)
-                n = len(chunk)
-                lo = 0
+                n, lo = len(chunk), 0
                 while lo < n:
-                    if state["in_shard"] >= per:
-                        close_rows()
-                        state["in_shard"] = 0
-                    take = min(n - lo, per - state["in_shard"])
-                    if arr is None:
-                        write_json(chunk[lo : lo + take], row)
+                    if in_shard >= per:  # the shard is full: the next rows start a new file
+                        finish_file()
+                        in_shard = 0
+                    take = min(n - lo, per - in_shard)
+                    if arr is None:  # JSON escapes what UTF-8 cannot encode
+                        finish_file()
+                        with open(next(names).with_suffix(".jsonl"), "wb") as f:
+                            f.write(b"".join(b'{"id": "%d", "contents": %s}\n' % (row + i, _json_bytes(t))
+                                             for i, t in enumerate(chunk[lo : lo + take])))
                     else:
-                        write_rows(arr.slice(lo, take), row)
-                    row += take
-                    lo += take
-                    state["in_shard"] += take
+                        if current is None:
+                            current = _RowTextFile(next(names).with_suffix(ROWS_SUFFIX), row)
+                        current.append(arr.slice(lo, take))
+                    row, lo, in_shard = row + take, lo + take, in_shard + take
                 bar.update(n)
-        close_rows()
+        finish_file()
     finally:
-        if state["file"] is not None:
-            state["file"].close()
+        if current is not None:
+            current.abandon()
     return row - start_row
 
 
