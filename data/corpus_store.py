@@ -360,29 +360,23 @@ def build_store(
                 pending: list = []  # record batches of a columnar reader, written as one batch of BATCH_ROWS
 
                 def flush_batches():
-                    nonlocal pending
                     if pending:
                         table = pa.Table.from_batches(pending, schema=schema).combine_chunks()
-                        pending = []
+                        pending.clear()
                         for batch in table.to_batches():
                             writer.write_batch(batch)
                             bar.update(batch.num_rows)
 
-                pending_rows = pending_bytes = 0
                 for rec in records:
                     if not isinstance(rec, tuple):  # a record batch (id, title, text) from a columnar reader
                         flush()
                         pending.append(pa.record_batch([rec.column(c).cast(pa.string()) for c in COLUMNS], schema=schema))
                         n += rec.num_rows
-                        pending_rows += rec.num_rows
-                        pending_bytes += rec.nbytes
-                        if pending_rows >= BATCH_ROWS or pending_bytes >= BATCH_BYTES // 2:
+                        if (sum(b.num_rows for b in pending) >= BATCH_ROWS
+                                or sum(b.nbytes for b in pending) >= BATCH_BYTES // 2):
                             flush_batches()
-                            pending_rows = pending_bytes = 0
                         continue
-                    if pending:
-                        flush_batches()
-                        pending_rows = pending_bytes = 0
+                    flush_batches()
                     pid, title, text = rec
                     ids.append(pid)
                     titles.append(title)

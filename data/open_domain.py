@@ -404,9 +404,10 @@ def open_corpus_store(source, skip_bad_records: bool = False):
         meta["skipped_records"] = bad.count
 
     key = [fmt, digest, bool(skip_bad_records)]
-    meta["reader"] = "arrow" if fmt == "dpr-tsv" else "python"
-    try:  # a DPR TSV is parsed by Arrow's CSV reader unless it holds something only the csv reader decides
-        store = cached_store(key, lambda: records(fmt == "dpr-tsv"), meta=meta, desc=f"{path.name} store")
+    fast = fmt == "dpr-tsv"  # parsed by Arrow's CSV reader unless it holds something only the csv reader decides
+    meta["reader"] = "arrow" if fast else "python"
+    try:
+        store = cached_store(key, lambda: records(fast), meta=meta, desc=f"{path.name} store")
     except NeedsPythonReader:
         meta["reader"] = "python"
         store = cached_store(key, lambda: records(False), meta=meta, desc=f"{path.name} store")

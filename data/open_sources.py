@@ -266,6 +266,19 @@ def read_corpus(path: Path, fmt: str, bad: BadRecords, fast: bool = False) -> It
             raise UserError(f"open: corpus format {fmt!r} unknown; use one of {', '.join(CORPUS_FORMATS)}")
 
 
+def _tsv_column_order(row: list[str]) -> tuple[int, int, int] | None:
+    """(id, text, title) column positions when ``row`` is a DPR TSV header (first field ``id``), else None.
+
+    ``ValueError`` for a header without exactly the columns id, text, title.
+    """
+    if not (row and row[0].strip().lower() == "id"):
+        return None
+    names = [c.strip().lower() for c in row]
+    if sorted(names) != ["id", "text", "title"]:
+        raise ValueError("expected the columns id, text, title")
+    return names.index("id"), names.index("text"), names.index("title")
+
+
 def _dpr_tsv(path: Path, bad: BadRecords):
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     with open_text(path) as f:
@@ -282,11 +295,12 @@ def _dpr_tsv(path: Path, bad: BadRecords):
                 continue
             if first:
                 first = False
-                if row and row[0].strip().lower() == "id":
-                    names = [c.strip().lower() for c in row]
-                    if sorted(names) != ["id", "text", "title"]:
-                        raise UserError(f"{path}:{reader.line_num}: header {row!r}: expected the columns id, text, title")
-                    order = (names.index("id"), names.index("text"), names.index("title"))
+                try:
+                    header = _tsv_column_order(row)
+                except ValueError as e:
+                    raise UserError(f"{path}:{reader.line_num}: header {row!r}: {e}") from None
+                if header is not None:
+                    order = header
                     continue
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
@@ -338,7 +352,6 @@ def dpr_tsv_batches(path: Path, block_bytes: int = 2 << 20) -> Iterator:
     raw = pa.OSFile(str(path), "rb")
     stream = pa.CompressedInputStream(raw, "gzip") if gz else raw
     try:
-
         names = ["c0", "c1", "c2"]
         reader = pacsv.open_csv(
             stream,
@@ -357,12 +370,12 @@ def dpr_tsv_batches(path: Path, block_bytes: int = 2 << 20) -> Iterator:
                 break
             if first and batch.num_rows:
                 first = False
-                row = [batch.column(i)[0].as_py() for i in range(3)]
-                if row[0].strip().lower() == "id":
-                    names_ = [c.strip().lower() for c in row]
-                    if sorted(names_) != ["id", "text", "title"]:
-                        raise NeedsPythonReader("bad header")  # the csv reader words the error
-                    order = (names_.index("id"), names_.index("text"), names_.index("title"))
+                try:
+                    header = _tsv_column_order([batch.column(i)[0].as_py() for i in range(3)])
+                except ValueError:
+                    raise NeedsPythonReader("bad header") from None  # the csv reader words the error
+                if header is not None:
+                    order = header
                     batch = batch.slice(1)
             if not batch.num_rows:
                 continue

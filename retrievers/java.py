@@ -16,9 +16,10 @@ indexer) are compiled once, with any ``javac`` >= 11 against the same jar, into
 The jar's Anserini classes are Java 21 bytecode, which an older ``javac``
 cannot read: the few Anserini types the collection extends are then taken from
 compile-time stand-ins (``retrievers/java_stubs``, same signatures; no class
-files are made from them, the jar's own are loaded at run time).  The JVM heap is sized deliberately (:func:`jvm_heap`): the
-stored Lucene index is memory-mapped outside the heap, and our search path
-keeps only a batch of primitive result arrays on it.
+files are made from them, the jar's own are loaded at run time).  The JVM heap
+is sized deliberately (:func:`jvm_heap`): the stored Lucene index is
+memory-mapped outside the heap, and our search path keeps only a batch of
+primitive result arrays on it.
 """
 
 from __future__ import annotations
@@ -165,8 +166,8 @@ def helper_classes() -> str | None:
     sources = sorted(HELPER_SOURCES.rglob("*.java"))
     jar = anserini_jar()
     h = hashlib.sha256(Path(jar).name.encode())
-    for root in (HELPER_SOURCES, HELPER_STUBS):
-        for src in sorted(root.rglob("*.java")):
+    for root, files in ((HELPER_SOURCES, sources), (HELPER_STUBS, sorted(HELPER_STUBS.rglob("*.java")))):
+        for src in files:
             h.update(src.relative_to(root).as_posix().encode() + b"\0" + src.read_bytes())
     out = cache_dir("java") / h.hexdigest()[:20]
     if (out / "_COMPLETE").is_file():

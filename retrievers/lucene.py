@@ -83,6 +83,11 @@ def _json_bytes(text: str) -> bytes:
         return _ascii_json(text).encode("ascii")
 
 
+def _json_line(row: int, text: str) -> bytes:
+    """One ``JsonCollection`` document: id = the corpus row."""
+    return b'{"id": "%d", "contents": %s}\n' % (row, _json_bytes(text))
+
+
 def write_jsonl_shards(contents: Iterator[Sequence[str]], n_docs: int, out_dir: Path, shards: int,
                        start_row: int = 0, desc: str = "bm25 write") -> int:
     """Write ``JsonCollection`` shards ``docs-NNN.jsonl`` with ids = row numbers; returns documents written.
@@ -94,7 +99,6 @@ def write_jsonl_shards(contents: Iterator[Sequence[str]], n_docs: int, out_dir: 
     per = max(1, math.ceil(n_docs / max(1, shards)))
     row, shard, written_in_shard = start_row, 0, 0
     f = open(out_dir / f"docs-{shard:03d}.jsonl", "wb")
-    dumps = _json_bytes
     try:
         with tqdm(total=n_docs, desc=desc, unit="doc", unit_scale=True, leave=False) as bar:
             for chunk in contents:
@@ -109,7 +113,7 @@ def write_jsonl_shards(contents: Iterator[Sequence[str]], n_docs: int, out_dir: 
                         shard += 1
                         written_in_shard = 0
                         f = open(out_dir / f"docs-{shard:03d}.jsonl", "wb")
-                    lines.append(b'{"id": "%d", "contents": %s}\n' % (row, dumps(text)))
+                    lines.append(_json_line(row, text))
                     row += 1
                     written_in_shard += 1
                 f.write(b"".join(lines))
@@ -221,8 +225,7 @@ def write_row_text_files(contents: Iterator, n_docs: int, out_dir: Path, shards:
                     if arr is None:  # JSON escapes what UTF-8 cannot encode
                         finish_file()
                         with open(next(names).with_suffix(".jsonl"), "wb") as f:
-                            f.write(b"".join(b'{"id": "%d", "contents": %s}\n' % (row + i, _json_bytes(t))
-                                             for i, t in enumerate(chunk[lo : lo + take])))
+                            f.write(b"".join(_json_line(row + i, t) for i, t in enumerate(chunk[lo : lo + take])))
                     else:
                         if current is None:
                             current = _RowTextFile(next(names).with_suffix(ROWS_SUFFIX), row)

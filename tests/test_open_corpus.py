@@ -192,6 +192,12 @@ def _both_readers(path: Path):
     return fast, slow
 
 
+def _both_readers_of(tmp_path: Path, name: str, text: str):
+    p = tmp_path / f"{name}.tsv"
+    p.write_text(text, encoding="utf-8", newline="")
+    return _both_readers(p)
+
+
 def test_arrow_tsv_reader_gives_what_the_csv_reader_gives(files, tmp_path):
     """The store's fast DPR TSV reader (Arrow's CSV parser) yields exactly the csv module's records, or hands over."""
     # the fixture (csv-quoted fields, header), gzipped too, in small blocks (records cross block ends)
@@ -208,9 +214,7 @@ def test_arrow_tsv_reader_gives_what_the_csv_reader_gives(files, tmp_path):
         "header reordered": "ID\ttitle\ttext\n7\tT\tx\n",
     }
     for name, text in valid.items():
-        p = tmp_path / f"{name}.tsv"
-        p.write_text(text, encoding="utf-8", newline="")
-        fast, slow = _both_readers(p)
+        fast, slow = _both_readers_of(tmp_path, name, text)
         assert fast == slow and isinstance(slow, list) and slow, name
     handed_over = {
         "byte-order mark": "\ufeffid\ttext\ttitle\n1\ta\tT\n",  # csv keeps it: "\ufeffid" is data, not a header
@@ -223,9 +227,7 @@ def test_arrow_tsv_reader_gives_what_the_csv_reader_gives(files, tmp_path):
         "unterminated quote": 'id\ttext\ttitle\n1\t"abc\tT\n',
     }
     for name, text in handed_over.items():
-        p = tmp_path / f"{name}.tsv"
-        p.write_text(text, encoding="utf-8", newline="")
-        assert _both_readers(p)[0] == "python", name
+        assert _both_readers_of(tmp_path, name, text)[0] == "python", name
     bad = tmp_path / "latin1.tsv"
     bad.write_bytes("1\tcaf\u00e9\tT\n".encode("latin-1"))
     assert _both_readers(bad)[0] == "python"
@@ -242,11 +244,10 @@ def test_arrow_tsv_reader_gives_what_the_csv_reader_gives(files, tmp_path):
                           f.replace('"', "").replace("\t", "").replace("\n", "").replace("\r", "") for f in fields]
                 fields[0] = f"id{i}-{len(lines)}"
             lines.append("\t".join(fields))
-        p = tmp_path / "fuzz.tsv"
-        p.write_text("\n".join(lines) + str(rng.choice(["", "\n", "\r\n"])), encoding="utf-8", newline="")
-        fast, slow = _both_readers(p)
+        text = "\n".join(lines) + str(rng.choice(["", "\n", "\r\n"]))
+        fast, slow = _both_readers_of(tmp_path, "fuzz", text)
         if fast != "python":
-            assert fast == slow, p.read_text(encoding="utf-8")
+            assert fast == slow, text
             agreed += 1
     assert agreed > 100  # the comparison ran on many files the fast reader took
 
