@@ -5,8 +5,8 @@ for FAISS.  Four pieces, all inner product over (normalised) embeddings:
 
 * :class:`EmbeddingShards` -- corpus embeddings as consecutive row blocks,
   memory-mapped ``.npy`` shards read as needed (never one in-memory array);
-* :func:`flat_search` -- exact top-k over the shards, one block at a time,
-  merged with FAISS's result heap (what ``IndexFlatIP`` returns, without
+* :func:`flat_search` -- exact top-k over the shards, one block (~48 MB) at
+  a time, merged with FAISS's result heap (what ``IndexFlatIP`` returns, without
   copying the corpus into the index); ties go to the lower corpus row;
 * :func:`cached_index` -- any ``faiss.index_factory`` string (IVF: Jégou et
   al. 2011 / Sivic & Zisserman 2003; PQ: Jégou, Douze & Schmid 2011; OPQ:
@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -44,6 +45,8 @@ from data.io import atomic_path, cache_dir, file_lock, sha256_file, sha256_text,
 
 GPU_MAX_K = 2048  # largest k (and nprobe) FAISS GPU indexes search
 QUERY_BLOCK = 4096  # queries per exact-search block (FAISS's own BLAS query block)
+EXACT_BLOCK_BYTES = 48 << 20  # exact search scores corpus blocks of about this size (bench/flat_blocks.py) ...
+EXACT_BLAS_MIN_QUERIES = 8  # ... with BLAS for batches of at least this many queries (see flat_search)
 TRAIN_MIN = 65536  # default training sample: at least this many rows ...
 TRAIN_PER_LIST = 64  # ... and this many per IVF list (FAISS k-means wants >= 39)
 INDEX_SUFFIX = ".faiss"
@@ -127,37 +130,117 @@ def _ties_to_lower_row(scores: np.ndarray, ids: np.ndarray) -> None:
     ids[tied] = np.take_along_axis(i, order, axis=1)
 
 
-def flat_search(shards: EmbeddingShards, queries: np.ndarray, k: int, query_block: int = QUERY_BLOCK):
+def flat_search(shards: EmbeddingShards, queries: np.ndarray, k: int, query_block: int = QUERY_BLOCK,
+                block_bytes: int = EXACT_BLOCK_BYTES):
     """Exact inner-product top-``k`` over every shard: ``(scores [Q, k], ids [Q, k])``.
 
-    Each shard is searched with ``faiss.knn`` (no copy of the shard) and the
-    results merged into a ``faiss.ResultHeap``; the candidates of a block enter
-    the heap lower row first, so the result is the top-``k`` by (score
-    descending, corpus row ascending), as one ``IndexFlatIP`` over the whole
-    corpus keeps them.  Rows are padded with id -1 / score -inf when ``k``
+    The top ``k`` by (score descending, corpus row ascending): what one
+    ``IndexFlatIP`` over the whole corpus returns, with ties -- at the cut too
+    -- settled by row.  The shards are scored in blocks of about
+    ``block_bytes`` (:func:`_exact_blocks`) with ``faiss.knn`` and merged in a
+    ``faiss.ResultHeap``.  Rows are padded with id -1 / score -inf when ``k``
     exceeds the corpus.
-    """
-    import faiss
 
+    FAISS keeps an arbitrary subset of the rows tied at its k-th score (its
+    reservoir for k >= 100, and its heaps, which replace the lowest id first),
+    so each query is searched ``_tie_margin(k)`` deeper: when the score at that
+    depth is below the k-th, every row scoring at least the k-th is among those
+    kept and the first ``k`` by (score, row) are exact; the queries whose tie
+    runs through the margin are searched again four times deeper, until it
+    ends.  And FAISS scores a batch of fewer than
+    ``distance_compute_blas_threshold / d`` queries (333 at d = 384) one query
+    at a time over a whole block, streaming a large block from memory once per
+    query: batches of at least ``EXACT_BLAS_MIN_QUERIES`` go through its BLAS
+    path (8-13x faster for 64-256 queries on 2 AVX2 cores), smaller ones keep
+    the shards as blocks (bench/flat_blocks.py).  BLAS can round the same
+    vector differently at two positions or in two batch shapes, so "tied" means
+    equal as scored in that batch.
+    """
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     nq, n = len(queries), len(shards)
     k_eff = min(int(k), n)
     scores = np.full((nq, k), -np.inf, dtype=np.float32)
     ids = np.full((nq, k), -1, dtype=np.int64)
     for qlo in range(0, nq, query_block):
-        q = queries[qlo : qlo + query_block]
-        heap = faiss.ResultHeap(len(q), k_eff, keep_max=True)
-        for lo, block in shards.blocks():
-            kb = min(k_eff, len(block))
-            d, i = faiss.knn(q, _contiguous(block), kb, metric=faiss.METRIC_INNER_PRODUCT)
-            _ties_to_lower_row(d, i)
-            heap.add_result(d, np.where(i >= 0, i + lo, -1))
-        heap.finalize()
-        d, i = heap.D, heap.I
-        _ties_to_lower_row(d, i)
-        scores[qlo : qlo + len(q), :k_eff] = np.where(i >= 0, d, -np.inf)
-        ids[qlo : qlo + len(q), :k_eff] = i
+        todo = np.arange(qlo, min(nq, qlo + query_block))
+        depth = min(n, k_eff + _tie_margin(k_eff))
+        while len(todo):
+            d, i = _exact_top(shards, queries[todo], depth, block_bytes)
+            done = np.ones(len(todo), dtype=bool) if depth >= n else d[:, depth - 1] < d[:, k_eff - 1]
+            scores[todo[done], :k_eff] = np.where(i[done, :k_eff] >= 0, d[done, :k_eff], -np.inf)
+            ids[todo[done], :k_eff] = i[done, :k_eff]
+            todo, depth = todo[~done], min(n, 4 * depth)
     return scores, ids
+
+
+def _tie_margin(k: int) -> int:
+    """How much deeper than ``k`` :func:`flat_search` looks, so that a tie at the k-th score can be settled by row."""
+    return max(16, k // 8)
+
+
+def _exact_top(shards: EmbeddingShards, q: np.ndarray, depth: int, block_bytes: int):
+    """The ``depth`` best rows of every block merged: ``(scores, ids)`` by (score desc, row asc), ties at the end FAISS's."""
+    import faiss
+
+    blas = len(q) >= EXACT_BLAS_MIN_QUERIES
+    heap = faiss.ResultHeap(len(q), depth, keep_max=True)
+    with _faiss_setting("distance_compute_blas_threshold", 0 if blas else None):
+        for lo, block in _exact_blocks(shards, block_bytes if blas else 0):
+            d, i = faiss.knn(q, block, min(depth, len(block)), metric=faiss.METRIC_INNER_PRODUCT)
+            heap.add_result(d, np.where(i >= 0, i + lo, -1))
+    heap.finalize()
+    d, i = heap.D, heap.I
+    _ties_to_lower_row(d, i)
+    return d, i
+
+
+@contextmanager
+def _faiss_setting(name: str, value: int | None):
+    """FAISS's global ``cvar.<name>`` set to ``value`` inside the block (``None``: unchanged), then restored."""
+    import faiss
+
+    if value is None:
+        yield
+        return
+    saved = getattr(faiss.cvar, name)
+    setattr(faiss.cvar, name, value)
+    try:
+        yield
+    finally:
+        setattr(faiss.cvar, name, saved)
+
+
+def _exact_blocks(shards: EmbeddingShards, block_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first row, block)`` covering the shards in row order, each block about ``block_bytes``.
+
+    A part of at least ``block_bytes`` is scored where it lies (memory-mapped, no
+    copy); smaller consecutive parts are copied together into one reused buffer
+    of at most ``block_bytes`` (a block is valid until the next one is yielded).
+    Every ``faiss.knn`` call selects and sorts a top k of its own, which the
+    heap then merges: over the cache's 4,096-row shards that per-block work made
+    exact search 1.5x slower at k = 100 and more at depth (bench/flat_blocks.py).
+    """
+    rows = max(1, int(block_bytes) // (4 * shards.dim))
+    buffer: np.ndarray | None = None
+    start = fill = 0
+    for lo, part in shards.blocks():
+        if len(part) >= rows:
+            if fill:
+                yield start, buffer[:fill]
+                fill = 0
+            yield lo, _contiguous(part)
+            continue
+        if fill and fill + len(part) > rows:
+            yield start, buffer[:fill]
+            fill = 0
+        if buffer is None:
+            buffer = np.empty((min(rows, len(shards)), shards.dim), dtype=np.float32)
+        if not fill:
+            start = lo
+        buffer[fill : fill + len(part)] = part
+        fill += len(part)
+    if fill:
+        yield start, buffer[:fill]
 
 
 def _contiguous(block: np.ndarray) -> np.ndarray:

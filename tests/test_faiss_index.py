@@ -109,6 +109,31 @@ def test_exact_search_ties_go_to_the_lower_row():
     assert s[0, 0] == s[0, 2]
 
 
+def test_exact_search_settles_ties_at_the_cut_by_row_for_any_blocks_batch_and_depth():
+    """FAISS's own selection keeps an arbitrary subset of the rows tied at its k-th score (its reservoir for k >= 100,
+    its heaps too): small-integer vectors make every dot product exact in any summation order and full of ties, so
+    numpy's (score desc, row asc) order is the reference for every block size, shard size, batch size and depth."""
+    import faiss
+
+    from retrievers.faiss_index import EmbeddingShards, flat_search
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(-2, 3, (12000, 16)).astype(np.float32)
+    q = rng.integers(-2, 3, (120, 16)).astype(np.float32)
+    rows = np.broadcast_to(np.arange(len(x)), (len(q), len(x)))
+    want = np.lexsort((rows, -(q @ x.T).astype(np.float64)), axis=1)
+    threshold = faiss.cvar.distance_compute_blas_threshold
+    for parts in (4096, 1000):
+        shards = EmbeddingShards([x[i : i + parts] for i in range(0, len(x), parts)])
+        for block_bytes in (0, 1 << 18, 48 << 20):  # each shard / a few shards copied together / everything in one block
+            for nq in (120, 5):  # the BLAS path and FAISS's per-query loop
+                for k in (10, 100, 1000):
+                    s, i = flat_search(shards, q[:nq], k, block_bytes=block_bytes)
+                    assert np.array_equal(i, want[:nq, :k]), (parts, block_bytes, nq, k)
+                    assert np.array_equal(s, np.take_along_axis(q[:nq] @ x.T, want[:nq, :k], axis=1))
+    assert faiss.cvar.distance_compute_blas_threshold == threshold  # lowered for our calls only
+
+
 def test_exact_search_over_mmapped_shards_holds_one_block_not_the_corpus(slice_, flat, tmp_path):
     from retrievers.faiss_index import EmbeddingShards, flat_search
 
@@ -120,13 +145,14 @@ def test_exact_search_over_mmapped_shards_holds_one_block_not_the_corpus(slice_,
         paths.append(tmp_path / f"shard{i}.npy")
         np.save(paths[-1], emb)
     q = r.encode_queries(queries[:50])
+    block = 1 << 21  # small shards are copied together into one block of at most this many bytes
     tracemalloc.start()
     shards = EmbeddingShards.from_files(paths)
-    s, i = flat_search(shards, q, 10)
+    s, i = flat_search(shards, q, 10, block_bytes=block)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert shards.memory_mapped and len(shards) == 16 * N_ROWS
-    assert peak < shards.nbytes / 16, f"exact search allocated {peak} bytes over a {shards.nbytes}-byte corpus"
+    assert shards.memory_mapped and len(shards) == 16 * N_ROWS and shards.nbytes > 7 * block
+    assert peak < block + shards.nbytes / 16, f"exact search allocated {peak} bytes over a {shards.nbytes}-byte corpus"
     # the 16 copies of each query's best sentence tie: the 10 lowest rows win, lowest first
     np.testing.assert_array_equal(i, exact.ids[:50, :1] + N_ROWS * np.arange(10))
     np.testing.assert_allclose(s, np.repeat(exact.scores[:50, :1], 10, axis=1), atol=1e-6)
