@@ -16,7 +16,7 @@ run one ``faiss.knn`` per shard and merge the results in a ``faiss.ResultHeap``
   rows tied at its k-th score, so "ties go to the lower row" failed at the cut.
 
 ``retrievers.faiss_index.flat_search`` now copies consecutive small shards into
-one reused block of ``EXACT_BLOCK_BYTES`` (48 MB: 32,768 rows of 384 floats),
+one reused block of ``exact_block_bytes(k, d)`` (48 MB at k = 100, 188 MB at k = 1000),
 uses FAISS's BLAS path for batches of >= 8 queries, and searches a margin deeper
 to settle ties at the cut by row (``tests/test_faiss_index.py`` checks that
 against numpy on exact-integer data).  This bench times the same queries over
@@ -94,14 +94,16 @@ def before(shards, q: np.ndarray, k: int):
 def run_part(label: str, shards, q: np.ndarray, ks: list[int], blocks: list[int], repeat: int, queries: list[int]) -> list[dict]:
     import faiss
 
-    from retrievers.faiss_index import EXACT_BLOCK_BYTES, flat_search
+    from retrievers.faiss_index import exact_block_bytes, flat_search
 
     rows = []
     for nq in queries:
         qs = np.ascontiguousarray(q[:nq])
         for k in ks:
+            default = exact_block_bytes(min(k, len(shards)), shards.dim)
             configs = ([("before: FAISS's selection, per shard", "before"), ("now, block 0 (each shard)", 0)]
-                       + [(f"now, block {b} MB" + (" (default)" if b * MB == EXACT_BLOCK_BYTES else ""), b * MB) for b in blocks]
+                       + [(f"now, block {b} MB", b * MB) for b in blocks if b * MB != default]
+                       + [(f"now, default block ({default / MB:.0f} MB)", default)]
                        + [("IndexFlatIP in RAM (FAISS's ties)", None)])
             flat = None
             times: dict[str, list[float]] = {name: [] for name, _ in configs}
@@ -123,7 +125,7 @@ def run_part(label: str, shards, q: np.ndarray, ks: list[int], blocks: list[int]
                     t0 = time.perf_counter()
                     results[name] = run()
                     times[name].append(time.perf_counter() - t0)
-            ref_name = next(name for name, size in configs if size == EXACT_BLOCK_BYTES) if EXACT_BLOCK_BYTES in [c[1] for c in configs] else configs[1][0]
+            ref_name = next((name for name, size in configs if size == default), configs[1][0])
             ref_s, ref_i = results[ref_name]
             base_t = statistics.median(times[configs[0][0]])
             for name, size in configs:

@@ -5,12 +5,13 @@ for FAISS.  Four pieces, all inner product over (normalised) embeddings:
 
 * :class:`EmbeddingShards` -- corpus embeddings as consecutive row blocks,
   memory-mapped ``.npy`` shards read as needed (never one in-memory array);
-* :func:`flat_search` -- exact top-k over the shards, one block (~48 MB) at
+* :func:`flat_search` -- exact top-k over the shards, one block (48-192 MB) at
   a time, merged with FAISS's result heap (what ``IndexFlatIP`` returns, without
   copying the corpus into the index); ties go to the lower corpus row;
 * :func:`cached_index` -- any ``faiss.index_factory`` string (IVF: Jégou et
   al. 2011 / Sivic & Zisserman 2003; PQ: Jégou, Douze & Schmid 2011; OPQ:
-  Ge et al. 2013; HNSW: Malkov & Yashunin 2018; SQ), trained on a seeded
+  Ge et al. 2013; HNSW: Malkov & Yashunin 2018; RaBitQ: Gao & Long 2024,
+  multi-bit: Gao et al. 2025; SQ), trained on a seeded
   sample of the embeddings, filled shard by shard, cached on disk (key: the
   embeddings key, the factory string, the training sample and the FAISS
   version), written atomically with its checksum in its name and
@@ -45,8 +46,9 @@ from data.io import atomic_path, cache_dir, file_lock, sha256_file, sha256_text,
 
 GPU_MAX_K = 2048  # largest k (and nprobe) FAISS GPU indexes search
 QUERY_BLOCK = 4096  # queries per exact-search block (FAISS's own BLAS query block)
-EXACT_BLOCK_BYTES = 48 << 20  # exact search scores corpus blocks of about this size (bench/flat_blocks.py) ...
-EXACT_BLAS_MIN_QUERIES = 8  # ... with BLAS for batches of at least this many queries (see flat_search)
+EXACT_BLOCK_BYTES = (48 << 20, 192 << 20)  # exact search's corpus blocks: least and most bytes (see exact_block_bytes) ...
+EXACT_BLOCK_ROWS_PER_K = 128  # ... and rows per result kept, between those bounds (bench/flat_blocks.py)
+EXACT_BLAS_MIN_QUERIES = 8  # ... scored with BLAS for batches of at least this many queries (see flat_search)
 TRAIN_MIN = 65536  # default training sample: at least this many rows ...
 TRAIN_PER_LIST = 64  # ... and this many per IVF list (FAISS k-means wants >= 39)
 INDEX_SUFFIX = ".faiss"
@@ -130,14 +132,28 @@ def _ties_to_lower_row(scores: np.ndarray, ids: np.ndarray) -> None:
     ids[tied] = np.take_along_axis(i, order, axis=1)
 
 
+def exact_block_bytes(k: int, dim: int) -> int:
+    """Bytes of the corpus blocks exact search scores at once for a top ``k`` of ``dim``-d vectors.
+
+    Each block costs a top-k selection and a merge, so blocks hold at least
+    ``EXACT_BLOCK_ROWS_PER_K`` rows per result, within ``EXACT_BLOCK_BYTES``:
+    48 MiB (32,768 rows of 384 floats) up to k = 256, 188 MiB at k = 1000.  On
+    2 AVX2 cores (bench/flat_blocks.py) 48 MiB blocks were the fastest at
+    k = 100 (192 MiB: slower, 0.5x for 64 queries) and 192 MiB the fastest at
+    k = 1000 (1.3x the 48 MiB ones).
+    """
+    least, most = EXACT_BLOCK_BYTES
+    return int(min(most, max(least, EXACT_BLOCK_ROWS_PER_K * int(k) * 4 * int(dim))))
+
+
 def flat_search(shards: EmbeddingShards, queries: np.ndarray, k: int, query_block: int = QUERY_BLOCK,
-                block_bytes: int = EXACT_BLOCK_BYTES):
+                block_bytes: int | None = None):
     """Exact inner-product top-``k`` over every shard: ``(scores [Q, k], ids [Q, k])``.
 
     The top ``k`` by (score descending, corpus row ascending): what one
     ``IndexFlatIP`` over the whole corpus returns, with ties -- at the cut too
     -- settled by row.  The shards are scored in blocks of about
-    ``block_bytes`` (:func:`_exact_blocks`) with ``faiss.knn`` and merged in a
+    ``block_bytes`` (default: :func:`exact_block_bytes`) with ``faiss.knn`` and merged in a
     ``faiss.ResultHeap``.  Rows are padded with id -1 / score -inf when ``k``
     exceeds the corpus.
 
@@ -159,6 +175,8 @@ def flat_search(shards: EmbeddingShards, queries: np.ndarray, k: int, query_bloc
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     nq, n = len(queries), len(shards)
     k_eff = min(int(k), n)
+    if block_bytes is None:
+        block_bytes = exact_block_bytes(k_eff, shards.dim)
     scores = np.full((nq, k), -np.inf, dtype=np.float32)
     ids = np.full((nq, k), -1, dtype=np.int64)
     for qlo in range(0, nq, query_block):
@@ -217,8 +235,9 @@ def _exact_blocks(shards: EmbeddingShards, block_bytes: int) -> Iterator[tuple[i
     copy); smaller consecutive parts are copied together into one reused buffer
     of at most ``block_bytes`` (a block is valid until the next one is yielded).
     Every ``faiss.knn`` call selects and sorts a top k of its own, which the
-    heap then merges: over the cache's 4,096-row shards that per-block work made
-    exact search 1.5x slower at k = 100 and more at depth (bench/flat_blocks.py).
+    heap then merges: against 4,096-row shards, blocks of :func:`exact_block_bytes`
+    search 1.2-1.3x faster at k = 100 and 3.2-3.4x at k = 1000 (100k real /
+    1M synthetic x 384, 2,000 / 500 queries; bench/flat_blocks.py).
     """
     rows = max(1, int(block_bytes) // (4 * shards.dim))
     buffer: np.ndarray | None = None
