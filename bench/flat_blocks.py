@@ -125,16 +125,15 @@ def run_part(label: str, shards, q: np.ndarray, ks: list[int], blocks: list[int]
                     t0 = time.perf_counter()
                     results[name] = run()
                     times[name].append(time.perf_counter() - t0)
-            ref_name = next((name for name, size in configs if size == default), configs[1][0])
-            ref_s, ref_i = results[ref_name]
+            ref_s, ref_i = results[next(name for name, size in configs if size == default)]
             base_t = statistics.median(times[configs[0][0]])
             for name, size in configs:
                 s, i = results[name]
                 t = statistics.median(times[name])
-                buffer = "corpus copy" if size is None else ("none" if not size or size == "before" else f"{min(size, shards.nbytes) / MB:.0f} MB")
+                buffer = "corpus copy" if size is None else ("none" if size in (0, "before") else f"{min(size, shards.nbytes) / MB:.0f} MB")
                 rows.append({"part": label, "queries": nq, "k": k, "config": name, "qps": nq / t, "speedup": base_t / t,
                              "same_ids": float(np.mean(i == ref_i)), "max_score_diff": float(np.max(np.abs(s - ref_s))),
-                             "buffer": buffer, "runs": len(times[name])})
+                             "buffer": buffer})
                 print(f"{label} nq={nq} k={k}: {name} {nq / t:.0f} q/s ({base_t / t:.2f}x)", file=sys.stderr)
             del flat
     return rows
