@@ -404,7 +404,8 @@ def open_corpus_store(source, skip_bad_records: bool = False):
         meta["skipped_records"] = bad.count
 
     key = [fmt, digest, bool(skip_bad_records)]
-    fast = fmt == "dpr-tsv"  # parsed by Arrow's CSV reader unless it holds something only the csv reader decides
+    # parsed by Arrow's CSV / JSON reader unless the file holds something only the Python reader decides
+    fast = fmt in ("dpr-tsv", "beir", "pyserini")
     meta["reader"] = "arrow" if fast else "python"
     try:
         store = cached_store(key, lambda: records(fast), meta=meta, desc=f"{path.name} store")

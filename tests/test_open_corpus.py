@@ -252,8 +252,103 @@ def test_arrow_tsv_reader_gives_what_the_csv_reader_gives(files, tmp_path):
     assert agreed > 100  # the comparison ran on many files the fast reader took
 
 
-def test_store_build_hands_a_tsv_over_to_the_csv_reader(files, tmp_path, monkeypatch):
-    """A TSV the Arrow reader leaves alone is stored by the csv reader: same records, the manifest says which."""
+def _both_json_readers(path: Path, fmt: str, chunk_bytes: int = 1 << 12):
+    """(Arrow reader's records or "python", the json reader's records or its error line) of one JSON-lines file."""
+    from data.open_sources import BadRecords, NeedsPythonReader, _beir_jsonl, _pyserini_json, _reading, json_corpus_batches
+
+    try:
+        fast = [r for b in json_corpus_batches(path, fmt, chunk_bytes=chunk_bytes)
+                for r in zip(*(b.column(c).to_pylist() for c in ("id", "title", "text")))]
+    except NeedsPythonReader:
+        fast = "python"
+    try:
+        slow = list(_reading(path, (_beir_jsonl if fmt == "beir" else _pyserini_json)(path, BadRecords(False))))
+    except UserError as e:
+        slow = str(e)
+    return fast, slow
+
+
+def test_arrow_json_reader_gives_what_the_json_reader_gives(files, tmp_path):
+    """The store's fast BEIR / JsonCollection reader (Arrow's JSON parser) yields exactly the json module's records,
+    or hands over."""
+    # the JsonCollection fixture (plain and gzipped), in chunks far smaller than the file (lines cross them)
+    plain, gz = sorted(files["collection"].iterdir())
+    half = len(files["passages"]) // 2
+    for path, want in ((plain, files["passages"][:half]), (gz, files["passages"][half:])):
+        fast, slow = _both_json_readers(path, "pyserini")
+        assert fast == slow == [(p, t, x) for p, t, x in want]
+        assert _both_json_readers(path, "pyserini", chunk_bytes=4 << 20) == (slow, slow)
+    beir = tmp_path / "corpus.jsonl"
+    beir.write_text("".join(json.dumps({"_id": p, "title": t, "text": x, "metadata": {"n": [1, 2]}}) + "\n"
+                            for p, t, x in files["passages"]), encoding="utf-8")
+    assert _both_json_readers(beir, "beir") == (files["passages"], files["passages"])
+
+    def write(name, text):
+        p = tmp_path / f"{name}.jsonl"
+        p.write_text(text, encoding="utf-8", newline="")
+        return p
+
+    valid = {
+        ("pyserini", "title splits"): '{"id":"1","contents":"T\\nbody\\nmore"}\n{"id":"2","contents":"no title"}\n'
+                                      '{"id":"3","contents":"\\nlead"}\n{"id":"4","contents":""}\n{"id":"5","contents":"T\\n"}',
+        ("pyserini", "crlf, escapes, extra fields"): '{"id":"a b","contents":"\\u00e9\\ud83d\\ude00\\/\\t","x":NaN,"y":[{}]}\r\n'
+                                                     '{"\\u0069d":"7","contents":"x\\u0000y"}\r\n',
+        ("pyserini", "no titles"): '{"id":"1","contents":"a"}\n{"id":"2","contents":""}\n',
+        ("beir", "titles"): '{"_id":"1","title":"T","text":"x"}\n{"_id":"2","text":"y"}\n{"_id":"3","title":null,"text":""}\n'
+                            '{"_id":" 4 ","title":"","text":"z"}\n',
+    }
+    for (fmt, name), text in valid.items():
+        fast, slow = _both_json_readers(write("valid", text), fmt)
+        assert fast == slow and isinstance(slow, list) and slow, name
+    handed_over = {
+        ("beir", "id instead of _id"): '{"id":"1","title":"T","text":"x"}\n',
+        ("pyserini", "docid instead of id"): '{"docid":"1","contents":"x"}\n',
+        ("pyserini", "blank id"): '{"id":" \\u3000 ","contents":"x"}\n',
+        ("pyserini", "numeric id"): '{"id":1,"contents":"x"}\n',
+        ("pyserini", "null contents"): '{"id":"1","contents":null}\n',
+        ("pyserini", "no contents"): '{"id":"1"}\n',
+        ("beir", "numeric title"): '{"_id":"1","title":5,"text":"x"}\n',
+        ("pyserini", "blank line"): '{"id":"1","contents":"x"}\n\n{"id":"2","contents":"y"}\n',
+        ("pyserini", "line of spaces"): '{"id":"1","contents":"x"}\n   \n{"id":"2","contents":"y"}\n',
+        ("pyserini", "leading space"): ' {"id":"1","contents":"x"}\n',
+        ("pyserini", "two objects on a line"): '{"id":"1","contents":"x"} {"id":"2","contents":"y"}\n',
+        ("pyserini", "object across lines"): '{"id":"1",\n"contents":"x"}\n',
+        ("pyserini", "JSON array"): '[{"id":"1","contents":"x"}]\n',
+        ("pyserini", "duplicated key"): '{"id":"1","contents":"x","contents":"y"}\n',
+        ("pyserini", "lone surrogate"): '{"id":"1","contents":"a\\ud800b"}\n',
+        ("pyserini", "byte-order mark"): '\ufeff{"id":"1","contents":"x"}\n',
+        ("pyserini", "malformed"): '{"id":"1","contents":"x",}\n',
+        ("pyserini", "empty file"): "",
+    }
+    for (fmt, name), text in handed_over.items():
+        assert _both_json_readers(write("bad", text), fmt)[0] == "python", name
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes('{"id":"1","contents":"caf\u00e9"}\n'.encode("latin-1"))
+    assert _both_json_readers(latin, "pyserini")[0] == "python"
+    # random short files of JSON-ish lines: wherever Arrow reads one, it agrees
+    rng = np.random.default_rng(11)
+    pieces = ['"a"', '"\\n"', '"b\\nc"', '""', '" "', "null", "1", "[]", "{}", '"\\u00e9"', '"\\ud800"']
+    agreed = 0
+    for i in range(300):
+        lines = []
+        for j in range(int(rng.integers(1, 4))):
+            rec = {"id": f'"{i}-{j}"' if rng.random() < 0.9 else rng.choice(pieces),
+                   "contents": rng.choice(pieces) if rng.random() < 0.3 else f'"t{j}\\nbody {i}"'}
+            if rng.random() < 0.2:
+                rec["contents" if rng.random() < 0.5 else "extra"] = rng.choice(pieces)
+            body = ",".join(f'"{k}":{v}' for k, v in rec.items() if rng.random() < 0.95)
+            lines.append("{" + body + "}" + str(rng.choice(["", "", "", "", " ", ","])))
+        text = str(rng.choice(["\n", "\n", "\r\n", "\n\n"])).join(lines) + str(rng.choice(["", "\n"]))
+        fast, slow = _both_json_readers(write("fuzz", text), "pyserini")
+        if fast != "python":
+            assert fast == slow, text
+            agreed += 1
+    assert agreed > 100  # the comparison ran on many files the fast reader took
+
+
+def test_store_build_hands_a_file_over_to_the_python_reader(files, tmp_path, monkeypatch):
+    """A TSV or JSON file the Arrow readers leave alone is stored by the csv / json reader: same records, the
+    manifest says which."""
     from data.corpus_store import open_store
     from data.registry import load_dataset
 
@@ -266,16 +361,28 @@ def test_store_build_hands_a_tsv_over_to_the_csv_reader(files, tmp_path, monkeyp
         assert store.manifest["reader"] == reader
         assert list(ds.corpus.bodies) == [p[2] for p in files["passages"]]
     assert ds.corpus.ids[0] == "\ufeff1"  # as csv reads it: the mark stays in the first id
+    # a JsonCollection: Arrow's JSON reader, unless a file has a line only the json reader decides (a blank one)
+    blank = tmp_path / "blank"
+    blank.mkdir()
+    for f in sorted(files["collection"].iterdir()):
+        data = gzip.decompress(f.read_bytes()) if f.suffix == ".gz" else f.read_bytes()
+        (blank / f.name.replace(".gz", "")).write_bytes(data.replace(b"\n", b"\n\n", 1))
+    for path, reader in ((files["collection"], "arrow"), (blank, "python")):
+        ds = load_dataset(f"open:{path}+{files['qa']}", "dev")
+        assert open_store(ds.sources["corpus_store"]).manifest["reader"] == reader
+        assert list(ds.corpus.ids) == [p[0] for p in files["passages"]]
+        assert list(ds.corpus.bodies) == [p[2] for p in files["passages"]] and ds.corpus.titles[:3] == [p[1] for p in files["passages"][:3]]
 
 
 def test_building_a_store_and_its_index_input_does_not_import_pandas(files, tmp_path):
-    """Turning a Python object into Arrow makes pyarrow import pandas (0.6 s per process); the TSV store build and
-    the index input written from it convert none."""
+    """Turning a Python object into Arrow makes pyarrow import pandas (0.6 s per process); the TSV and JsonCollection
+    store builds and the index input written from them convert none."""
     code = ("import sys; from pathlib import Path; from data.registry import load_dataset; "
             "from retrievers.lucene import write_row_text_files; "
             f"ds = load_dataset('open:{files['tsv']}+{files['qa']}', 'dev'); "
+            f"coll = load_dataset('open:{files['collection']}+{files['qa']}', 'dev'); "
             f"n = write_row_text_files(ds.corpus.texts.iter_arrow_chunks(50), len(ds.corpus), Path({str(tmp_path / 'in')!r}), 2); "
-            "print(n, ds.sources['corpus_store'] != '', 'pandas' in sys.modules)")
+            "print(n, ds.sources['corpus_store'] != coll.sources['corpus_store'], 'pandas' in sys.modules)")
     env = {"QA_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
