@@ -174,6 +174,40 @@ class CorpusStore:
                 for i in range(0, len(values), size):
                     yield values[i : i + size]
 
+    def file_slices(self, name: str) -> list[tuple[int, ...]] | None:
+        """Where column ``name``'s strings lie in the store's Arrow file, one entry per record batch, or None.
+
+        An entry is ``(first_row, rows, title_offsets_pos, title_data_pos, title_data_len, offsets_pos,
+        data_pos, data_len)``: byte positions in ``passages.arrow`` of the batch's int32 offsets and UTF-8 data
+        (for ``contents``, of ``title`` and ``text``, which a reader joins as :func:`contents_array` does; for
+        another column the title positions are -1).  The BM25 index build hands these to its Java collection,
+        which reads the texts from the file itself, so no copy of the corpus is written.  None where a batch has
+        nulls or its buffers are not plain ranges of the file.
+        """
+        import pyarrow as pa
+
+        fields = ("title", "text") if name == "contents" else (name,)
+        size = self._map.size()
+        self._map.seek(0)
+        base = self._map.read_buffer(1).address
+        out = []
+        reader = pa.ipc.open_file(self._map)
+        for c in range(reader.num_record_batches):
+            batch = reader.get_batch(c)
+            where: list[int] = [] if name == "contents" else [-1, -1, 0]
+            for f in fields:
+                col = batch.column(f)
+                if col.type != pa.string() or col.null_count or col.offset:
+                    return None
+                _, offs, data = col.buffers()
+                offs_pos = offs.address - base
+                data_pos, data_len = (data.address - base, data.size) if data is not None and data.size else (0, 0)
+                if not (0 <= offs_pos and offs_pos + 4 * (len(col) + 1) <= size and 0 <= data_pos and data_pos + data_len <= size):
+                    return None
+                where += [offs_pos, data_pos, data_len]
+            out.append((int(self._offsets[c]), batch.num_rows, *where))
+        return out
+
     def ids_array(self):
         """The id column as an Arrow array (for vectorized lookups)."""
         return self._table.column("id")
@@ -277,6 +311,15 @@ class StoreColumn(Sequence):
     def iter_arrow_chunks(self, size: int = BATCH_ROWS) -> Iterator:
         """The values in order as Arrow string arrays of at most ``size`` (see :meth:`CorpusStore.iter_chunks`)."""
         return self.store.iter_chunks(self.name, self.rows, size, arrow=True)
+
+    def file_slices(self) -> list[tuple[int, ...]] | None:
+        """:meth:`CorpusStore.file_slices` of this column; None for a view over some rows."""
+        return None if self.rows is not None else self.store.file_slices(self.name)
+
+    @property
+    def file_path(self) -> Path:
+        """The store's Arrow file (what :meth:`file_slices` positions point into)."""
+        return self.store.directory / FILE_NAME
 
     def same_as(self, other) -> bool:
         """Whether ``other`` is a view of the same values (same store, column and rows)."""

@@ -108,11 +108,23 @@ class BM25Retriever:
             else:
                 yield [f"{t} {c}" if c and c != t else t for t, c in zip(texts, ctxs)]
 
+    def _store_contents(self, corpus: Corpus) -> bool:
+        """Whether the indexed texts are a corpus store column as it is (contents of every row, untokenized)."""
+        texts = corpus.texts
+        return bool(self.pretokenize is None and hasattr(texts, "iter_arrow_chunks") and self.field in FIELDS
+                    and (self.field == "sentence" or texts.same_as(corpus.contexts)))
+
+    def _indexed_slices(self, corpus: Corpus):
+        """(store file, positions of the texts in it) when the indexer can read the texts from the store itself."""
+        if not self._store_contents(corpus):
+            return None
+        slices = corpus.texts.file_slices()
+        return None if slices is None else (corpus.texts.file_path, slices)
+
     def _indexed_chunks(self, corpus: Corpus) -> Iterator:
         """What the index build writes: lists of texts, or Arrow string arrays straight from a corpus store."""
         texts = corpus.texts
-        if (self.pretokenize is None and hasattr(texts, "iter_arrow_chunks") and self.field in FIELDS
-                and (self.field == "sentence" or texts.same_as(corpus.contexts))):
+        if self._store_contents(corpus):
             # a store corpus whose indexed text is its contents column (texts and contexts are the same
             # values, so every field reads as the text): its Arrow buffers go to the index as they are
             yield from texts.iter_arrow_chunks(20_000)
@@ -213,7 +225,8 @@ class BM25Retriever:
         with FileLock(str(root / f"{key}.lock")):
             if not is_complete(path):
                 build_index(lambda: self._indexed_chunks(corpus), len(corpus), path, language=self.language,
-                            pretokenized=self.pretokenize is not None, threads=self.threads)
+                            pretokenized=self.pretokenize is not None, threads=self.threads,
+                            slices=self._indexed_slices(corpus))
         return path
 
     def _batch_searcher(self, path: Path, own: bool, corpus: Corpus):

@@ -239,6 +239,46 @@ def write_row_text_files(contents: Iterator, n_docs: int, out_dir: Path, shards:
     return row - start_row
 
 
+SLICES_SUFFIX = ".slices"
+SLICES_MAGIC = b"QASLICE1"
+
+
+def write_slice_files(store_file: Path, slices: Sequence[tuple[int, ...]], n_docs: int, out_dir: Path, shards: int) -> int:
+    """Write ``RowTextCollection`` ``.slices`` files: where the texts lie in a corpus store's Arrow file.
+
+    ``slices`` is :meth:`data.corpus_store.CorpusStore.file_slices` of the indexed
+    column (rows in order, covering ``n_docs``); the rows are split into
+    ``shards`` files of consecutive rows, and the indexer reads each text from
+    the store file itself, so a few bytes per record batch are written instead
+    of a copy of the corpus.  Returns the documents the files cover.
+    """
+    import struct
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    per = max(1, math.ceil(n_docs / max(1, shards)))
+    name = str(Path(store_file).resolve()).encode("utf-8")
+    files: list[list[tuple[int, ...]]] = [[]]
+    in_file = row = 0
+    for first, count, *where in slices:
+        if first != row:
+            raise ValueError(f"store slices are not consecutive rows (row {first}, expected {row})")
+        start = 0
+        while start < count:
+            if in_file >= per:
+                files.append([])
+                in_file = 0
+            take = min(count - start, per - in_file)
+            files[-1].append((first + start, start, take, *where))
+            start, in_file, row = start + take, in_file + take, row + take
+    if row != n_docs:
+        raise ValueError(f"store slices cover {row} rows, the corpus has {n_docs}")
+    for i, entries in enumerate(files, 1):
+        with open(out_dir / f"docs-{i:05d}{SLICES_SUFFIX}", "wb") as f:
+            f.write(SLICES_MAGIC + struct.pack("<i", len(name)) + name + struct.pack("<q", len(entries)))
+            f.write(np.asarray(entries, dtype="<i8").tobytes())
+    return row
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
     """Linux: the indexer JVM gets SIGKILL when the Python process that started it dies."""
     try:
@@ -343,10 +383,14 @@ def shard_count(n_docs: int, threads: int) -> int:
 
 
 def build_index(contents: Callable[[], Iterator[Sequence[str]]], n_docs: int, path: Path, *, language: str = "en",
-                pretokenized: bool = False, threads: int | None = None) -> dict:
+                pretokenized: bool = False, threads: int | None = None,
+                slices: tuple[Path, Sequence[tuple[int, ...]]] | None = None) -> dict:
     """Build the Lucene index at ``path`` atomically from streamed document texts (row ids).
 
-    ``contents()`` yields chunks of texts in corpus-row order.  The JSONL shards and
+    ``contents()`` yields chunks of texts in corpus-row order; with ``slices``
+    (a corpus store's Arrow file and :meth:`~data.corpus_store.CorpusStore.file_slices`
+    of the same texts) and our collection available, the indexer reads the texts
+    from the store file instead and ``contents`` is not called.  The input files and
     the index are written under a temporary sibling of ``path``; the index is moved
     onto ``path`` with a ``_COMPLETE`` marker only when Anserini finished, and the
     shards are removed.  Call under a file lock (two builders would both work).
@@ -363,15 +407,18 @@ def build_index(contents: Callable[[], Iterator[Sequence[str]]], n_docs: int, pa
         indexer = IndexCollectionRun(tmp / "input", tmp / "index", index_args(language, pretokenized), threads)
         try:
             t0 = time.perf_counter()
-            write = write_row_text_files if indexer.collection == "RowTextCollection" else write_jsonl_shards
-            written = write(contents(), n_docs, tmp / "input", shards)
+            if slices is not None and indexer.collection == "RowTextCollection":
+                written, source = write_slice_files(slices[0], slices[1], n_docs, tmp / "input", shards), "store file"
+            else:
+                write = write_row_text_files if indexer.collection == "RowTextCollection" else write_jsonl_shards
+                written, source = write(contents(), n_docs, tmp / "input", shards), "written copy"
             t_write = time.perf_counter() - t0
             counters = indexer.run(written)
         finally:
             indexer.close()
         shutil.rmtree(tmp / "input")
         counters.update(write_seconds=t_write, threads=threads, docs=written, jvm_started_early=indexer.started_early,
-                        collection=indexer.collection)
+                        collection=indexer.collection, texts_from=source)
         (tmp / "index" / "_COMPLETE").write_text(json.dumps(counters) + "\n")
         os.replace(tmp / "index", path)
     finally:

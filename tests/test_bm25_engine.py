@@ -241,6 +241,46 @@ def test_row_text_input_gives_the_index_pyserini_builds_from_jsonl(passages, tmp
         r.close()
 
 
+def test_index_read_from_the_store_file_equals_pyserini_from_jsonl(passages, tmp_path, monkeypatch):
+    """A corpus store's contents are indexed straight from its Arrow file (slices: record batches split across
+    the indexer's files), giving the index Pyserini's own indexer builds from JSONL of the same "title\\ntext"."""
+    from data import corpus_store
+    from data.types import Corpus
+    from retrievers.bm25 import BM25Retriever
+
+    corpus, questions = passages
+    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(corpus_store, "BATCH_ROWS", 700)  # five record batches; the two index files split one
+    titles = ["" if i % 3 == 0 else f"Title {i % 7} \u00fcber" for i in range(len(corpus))]
+    bodies = list(corpus.texts)
+    bodies[4], titles[4] = "", "Zqxjv title only"  # a title without text: "title\n"
+    bodies[6], titles[6] = "", ""  # an empty document: counted, not indexed, on both sides
+    store = corpus_store.cached_store(["slices-test"], lambda: zip(corpus.ids, titles, bodies))
+    assert [len(b) for b in store._table.to_batches()] == [700, 700, 700, 700, 200]
+    stored = store.corpus()
+    ours = BM25Retriever(threads=2, index_dir=str(tmp_path / "bm25")).index(stored)
+    done = json.loads(next((tmp_path / "bm25").glob("*/_COMPLETE")).read_text())
+    assert done["texts_from"] == "store file" and done["indexed"] == len(corpus) - 1 and done["empty"] == 1
+    texts = list(stored.texts)
+    assert texts[4] == "Zqxjv title only\n" and texts[3] == bodies[3] and texts[5] == f"{titles[5]}\n{bodies[5]}"
+    (tmp_path / "jsonl").mkdir()
+    write_jsonl(tmp_path / "jsonl" / "docs.jsonl", [str(i) for i in range(len(texts))], texts, range(len(texts)))
+    pyserini_index(tmp_path / "jsonl", tmp_path / "theirs")
+    rows = np.arange(len(texts))
+    same = Corpus(ids=[str(i) for i in rows], texts=texts, contexts=texts, paragraph_ids=rows)
+    theirs = BM25Retriever(threads=2, index_path=str(tmp_path / "theirs")).index(same)
+    queries = questions + ["zqxjv title only", "title 3 über"]
+    a, b = ours.search(queries, 1000), theirs.search(queries, 1000)
+    np.testing.assert_array_equal(a.ids, b.ids)
+    np.testing.assert_array_equal(a.scores, b.scores)
+    assert a.ids[-2, 0] == 4
+    # a view over some rows has no slices of its own: its texts are written out, and index the same way
+    view = stored.subset(np.arange(0, len(corpus), 2))
+    assert view.texts.file_slices() is None and stored.texts.file_slices() is not None
+    for r in (ours, theirs):
+        r.close()
+
+
 def test_cli_bm25_index_flag_with_pyserini_index_of_natural_ids(data_dir, tmp_path):
     """``pipeline.run --bm25-index`` on Pyserini's index of a SQuAD file's sentences (ids p0s0, ...).
 

@@ -11,6 +11,13 @@
  * A chunk of texts that UTF-8 cannot encode (a lone surrogate, which JSON can escape) is written as a JsonCollection
  * ".jsonl" file instead, read here by JsonCollection's own segment.
  *
+ * A ".slices" file instead points into a corpus store's Arrow file (data/corpus_store.py, CorpusStore.file_slices):
+ * magic "QASLICE1", the store file's path (int32 length + UTF-8), the number of entries (int64), then per entry
+ * nine int64: first row, first index in the batch, count, and the byte positions of the batch's title offsets
+ * (int32), title data and its length, text offsets, text data and its length (title positions -1: no title).
+ * Document first + i gets "title\ntext" (the text alone where the title is empty), as the store's "contents" column
+ * reads, straight from the memory-mapped file: the corpus is not written out again for the index.
+ *
  * It lives in Anserini's collection package because IndexCollection resolves "-collection NAME" there.
  */
 package io.anserini.collection;
@@ -32,17 +39,18 @@ import java.util.Set;
 
 public class RowTextCollection extends DocumentCollection<SourceDocument> {
   static final String SUFFIX = ".rows";
+  static final String SLICES = ".slices";
   static final String JSONL = ".jsonl";
   static final byte[] MAGIC = "QAROWS01".getBytes(StandardCharsets.US_ASCII);
   static final int TRAILER = 24;
 
   public RowTextCollection(Path path) {
     this.path = path;
-    this.allowedFileSuffix = Set.of(SUFFIX, JSONL);
+    this.allowedFileSuffix = Set.of(SUFFIX, SLICES, JSONL);
   }
 
   public RowTextCollection() {
-    this.allowedFileSuffix = Set.of(SUFFIX, JSONL);
+    this.allowedFileSuffix = Set.of(SUFFIX, SLICES, JSONL);
   }
 
   @Override
@@ -50,6 +58,9 @@ public class RowTextCollection extends DocumentCollection<SourceDocument> {
   public FileSegment<SourceDocument> createFileSegment(Path p) throws IOException {
     if (p.getFileName().toString().endsWith(JSONL)) {
       return (FileSegment) new JsonCollection.Segment<JsonCollection.Document>(p);
+    }
+    if (p.getFileName().toString().endsWith(SLICES)) {
+      return new SliceSegment(p);
     }
     return new Segment(p);
   }
@@ -128,6 +139,120 @@ public class RowTextCollection extends DocumentCollection<SourceDocument> {
       super.close();
       try {
         in.close();
+      } catch (IOException e) {
+        // closing a read-only file
+      }
+    }
+  }
+
+  /** One ".slices" file: the texts of its entries read from the store's memory-mapped Arrow file. */
+  public static final class SliceSegment extends FileSegment<SourceDocument> {
+    static final byte[] SLICE_MAGIC = "QASLICE1".getBytes(StandardCharsets.US_ASCII);
+    private final FileChannel store;
+    private final long[][] entries;
+    private int entry = -1;
+    private int next;
+    private long count;
+    private long first;
+    private ByteBuffer titleOffsets, titleData, textOffsets, textData;
+    private byte[] buffer = new byte[1 << 12];
+
+    SliceSegment(Path p) throws IOException {
+      super(p);
+      ByteBuffer b = ByteBuffer.wrap(Files.readAllBytes(p)).order(ByteOrder.LITTLE_ENDIAN);
+      byte[] magic = new byte[SLICE_MAGIC.length];
+      try {
+        b.get(magic);
+        if (!java.util.Arrays.equals(magic, SLICE_MAGIC)) {
+          throw new IOException(p + ": not a slices file (bad magic)");
+        }
+        byte[] name = new byte[b.getInt()];
+        b.get(name);
+        long n = b.getLong();
+        if (n < 0 || n > b.remaining() / 72) {
+          throw new IOException(p + ": not a slices file (bad entry count)");
+        }
+        entries = new long[(int) n][9];
+        for (long[] e : entries) {
+          for (int i = 0; i < 9; i++) {
+            e[i] = b.getLong();
+          }
+        }
+        store = FileChannel.open(Path.of(new String(name, StandardCharsets.UTF_8)), StandardOpenOption.READ);
+      } catch (java.nio.BufferUnderflowException e) {
+        throw new IOException(p + ": not a slices file (truncated)");
+      }
+    }
+
+    private ByteBuffer map(long position, long length) throws IOException {
+      if (position < 0 || length < 0 || length > Integer.MAX_VALUE || position + length > store.size()) {
+        throw new IOException(path + ": a slice lies outside " + store.size() + "-byte store file");
+      }
+      return store.map(FileChannel.MapMode.READ_ONLY, position, length).order(ByteOrder.LITTLE_ENDIAN);
+    }
+
+    private boolean nextEntry() throws IOException {
+      entry++;
+      if (entry >= entries.length) {
+        return false;
+      }
+      long[] e = entries[entry];
+      first = e[0];
+      next = (int) e[1];
+      count = e[2];
+      if (next < 0 || count < 0 || next + count > Integer.MAX_VALUE / 4 - 1) {
+        throw new IOException(path + ": bad slice " + entry);
+      }
+      long offsetBytes = 4L * (next + count + 1);
+      titleOffsets = e[3] < 0 ? null : map(e[3], offsetBytes);
+      titleData = e[3] < 0 ? null : map(e[4], e[5]);
+      textOffsets = map(e[6], offsetBytes);
+      textData = map(e[7], e[8]);
+      return true;
+    }
+
+    /** Copies string i of a column into buffer at pos, returning its length (bounds checked). */
+    private int copy(ByteBuffer offsets, ByteBuffer data, int i, int pos) throws IOException {
+      int lo = offsets.getInt(4 * i);
+      int hi = offsets.getInt(4 * i + 4);
+      if (lo < 0 || hi < lo || hi > data.capacity()) {
+        throw new IOException(path + ": bad offsets in slice " + entry + " at " + i);
+      }
+      int length = hi - lo;
+      if (buffer.length < pos + length + 1) {
+        buffer = java.util.Arrays.copyOf(buffer, Math.max(pos + length + 1, 2 * buffer.length));
+      }
+      data.position(lo);
+      data.get(buffer, pos, length);
+      return length;
+    }
+
+    @Override
+    protected void readNext() throws IOException, NoSuchElementException {
+      while (entry < 0 || next >= entries[entry][1] + count) {
+        if (!nextEntry()) {
+          atEOF = true;
+          throw new NoSuchElementException();
+        }
+      }
+      int length = 0;
+      if (titleOffsets != null) {
+        length = copy(titleOffsets, titleData, next, 0);
+        if (length > 0) {
+          buffer[length++] = '\n';
+        }
+      }
+      length += copy(textOffsets, textData, next, length);
+      long row = first + next - entries[entry][1];
+      bufferedRecord = new Document(Long.toString(row), new String(buffer, 0, length, StandardCharsets.UTF_8));
+      next++;
+    }
+
+    @Override
+    public void close() {
+      super.close();
+      try {
+        store.close();
       } catch (IOException e) {
         // closing a read-only file
       }
