@@ -395,8 +395,9 @@ def dpr_tsv_batches(path: Path, block_bytes: int = 2 << 20) -> Iterator:
 
 # the fields a JSON corpus record is read from, by format: (id field, title field or None, text field)
 _JSON_FIELDS = {"beir": ("_id", "title", "text"), "pyserini": ("id", None, "contents")}
-# a line that starts like this is blank or begins with whitespace: only the Python reader skips or rejects it
-_LINE_STARTS_BLANK = rb"\n[\n\r \t]"
+# a line that starts like this is blank or begins with whitespace, or a carriage return ends a line inside what
+# Arrow reads as one (Python's text files split lines at a lone "\r" too): only the Python reader decides these
+_LINE_STARTS_BLANK = rb"\n[\n\r \t]|\r[^\n]|\r$"
 
 
 def json_corpus_batches(path: Path, fmt: str, chunk_bytes: int = 4 << 20) -> Iterator:
@@ -408,7 +409,8 @@ def json_corpus_batches(path: Path, fmt: str, chunk_bytes: int = 4 << 20) -> Ite
     into chunks at line ends and each chunk parsed by Arrow; a chunk must give
     exactly one record per line.  Where the two readers could differ -- a
     byte-order mark, a blank line or one starting with whitespace, a JSON array
-    file, a line that is not one JSON object, a duplicated key, a lone surrogate
+    file, a lone carriage return (a line end to Python), a line that is not one
+    JSON object, a duplicated key, a lone surrogate
     escape, text that is not UTF-8, a missing/null/non-string id or text, an id
     of whitespace only, a record that has the fallback key (``id`` for BEIR,
     ``docid`` for JsonCollection) instead of the first -- this raises
@@ -437,7 +439,7 @@ def json_corpus_batches(path: Path, fmt: str, chunk_bytes: int = 4 << 20) -> Ite
         whole = pa.Array.from_buffers(pa.large_binary(), 1, [None, pa.py_buffer(np.array([0, len(data)], np.int64)), raw])
         if (bytes(data[:1]) in (b"\n", b"\r", b" ", b"\t", b"\xef", b"[")
                 or np.frombuffer(pc.count_substring_regex(whole, _LINE_STARTS_BLANK).buffers()[1], np.int64)[0]):
-            raise NeedsPythonReader("byte-order mark, JSON array, or a blank line or one starting with whitespace")
+            raise NeedsPythonReader("byte-order mark, JSON array, a blank line or one starting with whitespace, or a lone carriage return")
         lines = int(np.count_nonzero(np.frombuffer(data, np.uint8) == 10)) + (bytes(data[-1:]) != b"\n")
         try:
             table = pj.read_json(raw, read_options=read_opts, parse_options=parse_opts)

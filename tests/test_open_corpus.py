@@ -313,6 +313,8 @@ def test_arrow_json_reader_gives_what_the_json_reader_gives(files, tmp_path):
         ("pyserini", "leading space"): ' {"id":"1","contents":"x"}\n',
         ("pyserini", "two objects on a line"): '{"id":"1","contents":"x"} {"id":"2","contents":"y"}\n',
         ("pyserini", "object across lines"): '{"id":"1",\n"contents":"x"}\n',
+        ("pyserini", "carriage return between fields"): '{"id":"1",\r"contents":"x"}\n',
+        ("pyserini", "carriage return between records"): '{"id":"1","contents":"x"}\r{"id":"2","contents":"y"}\n',
         ("pyserini", "JSON array"): '[{"id":"1","contents":"x"}]\n',
         ("pyserini", "duplicated key"): '{"id":"1","contents":"x","contents":"y"}\n',
         ("pyserini", "lone surrogate"): '{"id":"1","contents":"a\\ud800b"}\n',
@@ -338,7 +340,7 @@ def test_arrow_json_reader_gives_what_the_json_reader_gives(files, tmp_path):
                 rec["contents" if rng.random() < 0.5 else "extra"] = rng.choice(pieces)
             body = ",".join(f'"{k}":{v}' for k, v in rec.items() if rng.random() < 0.95)
             lines.append("{" + body + "}" + str(rng.choice(["", "", "", "", " ", ","])))
-        text = str(rng.choice(["\n", "\n", "\r\n", "\n\n"])).join(lines) + str(rng.choice(["", "\n"]))
+        text = str(rng.choice(["\n", "\n", "\r\n", "\n\n", "\r"])).join(lines) + str(rng.choice(["", "\n"]))
         fast, slow = _both_json_readers(write("fuzz", text), "pyserini")
         if fast != "python":
             assert fast == slow, text
