@@ -166,7 +166,7 @@ def read_beir_dir(directory: str | Path, split: str, *, name: str | None = None)
     sources = {str(p): sha256_file(p) for p in (corpus_path, queries_path, qrels_path)}
     return build_beir(read_jsonl(corpus_path), read_jsonl(queries_path), read_qrels(qrels_path),
                       name=name, split=split, sources=sources, where=str(directory),
-                      corpus_key=["file", sources[str(corpus_path)]])
+                      corpus_key=["file", sources[str(corpus_path)]], corpus_file=corpus_path)
 
 
 # ------------------------------------------------------------------------ hub
@@ -202,6 +202,7 @@ def build_beir(
     sources: dict | None = None,
     where: str = "",
     corpus_key: list | None = None,
+    corpus_file: Path | None = None,
 ) -> Dataset:
     """Corpus/queries/qrels records -> a document-level :class:`Dataset`.
 
@@ -213,7 +214,11 @@ def build_beir(
     split exactly as they split the title and text joined by a space.  Qrels
     rows naming a document missing from the corpus are dropped and counted in
     ``sources["qrels_unknown_docs"]``; queries judged in the qrels but missing
-    from the queries file are an error.
+    from the queries file are an error.  With ``corpus_file`` (the file
+    ``corpus_rows`` reads) the store is built by Arrow's JSON reader
+    (:func:`data.open_sources.json_corpus_batches`), which hands any file it
+    could read differently back to ``corpus_rows``; the manifest's ``reader``
+    says which read it.
     """
     from data.corpus_store import cached_store
     from data.io import sha256_text
@@ -229,8 +234,17 @@ def build_beir(
     if corpus_key is None:  # records given in memory (tests, small inputs): keyed by their content
         corpus_rows = list(corpus_rows)
         corpus_key = ["records", sha256_text(json.dumps(corpus_rows, sort_keys=True, ensure_ascii=False))]
+    from data.open_sources import NeedsPythonReader, json_corpus_batches
+
+    key, desc = ["beir", *corpus_key], f"{name} corpus store"
     try:
-        store = cached_store(["beir", *corpus_key], lambda: records(corpus_rows), desc=f"{name} corpus store")
+        try:
+            if corpus_file is None:
+                raise NeedsPythonReader("records, not a file")
+            store = cached_store(key, lambda: json_corpus_batches(Path(corpus_file), "beir-dataset"),
+                                 meta={"reader": "arrow"}, desc=desc)
+        except NeedsPythonReader:
+            store = cached_store(key, lambda: records(corpus_rows), meta={"reader": "python"}, desc=desc)
     except UserError as e:
         raise UserError(f"{where}: {e}") from None
     corpus = store.corpus(language="en")  # every document is its own paragraph (paragraph_texts empty)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from data.beir import NO_ANSWERS_MESSAGE, build_beir, load_beir, load_mteb, read_beir_dir
 from data.errors import UserError
+from tests.conftest import DATA as DATA_DIR
 from data.types import Queries
 from eval.beir_metrics import beir_metrics, mrr_at_k, ndcg_at_k, recall_at_k
 from retrievers.types import Ranking
@@ -165,6 +166,51 @@ def test_tiny_beir_dir_graded_qrels(tmp_path):
         read_beir_dir(d, "test")
     (d / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n1\ta\t1\n1\tb\tx\n")
     with pytest.raises(UserError, match="line 3: score 'x'"):
+        read_beir_dir(d, "test")
+
+
+def _store_both_ways(directory, tmp_path, monkeypatch):
+    """(store read by Arrow's JSON reader or handed back, store built from the json reader's records) of a BEIR dir."""
+    from data.beir import _find, read_jsonl
+    from data.io import sha256_file
+
+    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "fast-cache"))
+    ds = read_beir_dir(directory, "test")
+    fast = ds.corpus
+    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "slow-cache"))
+    corpus = _find(directory, "corpus.jsonl")
+    slow = build_beir(read_jsonl(corpus), [{"_id": q} for q in ds.queries.ids], [(q, fast.ids[0], 1) for q in ds.queries.ids],
+                      name="t", split="test", corpus_key=["file", sha256_file(corpus)]).corpus
+    reader = fast.texts.store.manifest.get("reader")
+    return reader, [list(c) for c in (fast.ids, fast.titles, fast.bodies)], [list(c) for c in (slow.ids, slow.titles, slow.bodies)]
+
+
+def test_arrow_json_reader_stores_what_the_json_reader_keeps(tmp_path, monkeypatch):
+    """beir:NAME corpora are stored by Arrow's JSON reader: the same ids, stripped titles and texts as the json
+    reader's records give (SciFact, and odd whitespace), or the file is handed back to it."""
+    from data.open_sources import _PY_WHITESPACE
+
+    assert _PY_WHITESPACE == "".join(c for c in map(chr, range(0x110000)) if c.isspace())
+    reader, fast, slow = _store_both_ways(DATA_DIR / "scifact", tmp_path / "scifact", monkeypatch)
+    assert reader == "arrow" and fast == slow and len(fast[0]) == 5183
+    d = tmp_path / "odd"
+    (d / "qrels").mkdir(parents=True)
+    (d / "queries.jsonl").write_text(json.dumps({"_id": "1", "text": "q"}) + "\n")
+    (d / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n1\ta\t1\n")
+    records = [{"_id": "a", "title": " \x1cAlpha\u3000", "text": "\u2028 body \x85\u200b"}, {"_id": " b ", "text": None},
+               {"_id": "c", "title": None}, {"_id": "d", "title": "\t", "text": "x", "extra": {"n": [1]}}]
+    (d / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    reader, fast, slow = _store_both_ways(d, tmp_path / "odd", monkeypatch)
+    assert reader == "arrow" and fast == slow
+    assert fast == [["a", " b ", "c", "d"], ["Alpha", "", "", ""], ["body \x85\u200b".strip(), "", "", "x"]]
+    # what only the json reader decides: it builds the store
+    for i, rec in enumerate(({"id": "a", "text": "x"}, {"_id": 5, "text": "x"}, {"_id": None, "text": "x"})):
+        (d / "corpus.jsonl").write_text(json.dumps(rec) + "\n", encoding="utf-8")
+        reader, fast, slow = _store_both_ways(d, tmp_path / f"back{i}", monkeypatch)
+        assert reader == "python" and fast == slow and fast[0] == [str(rec.get("_id", rec.get("id")))]
+    (d / "corpus.jsonl").write_text(json.dumps({"_id": "", "text": "x"}) + "\n", encoding="utf-8")
+    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "empty-id"))
+    with pytest.raises(UserError, match="corpus record without '_id'"):
         read_beir_dir(d, "test")
 
 
