@@ -401,9 +401,8 @@ _JSON_FIELDS = {"beir": ("_id", "title", "text"), "pyserini": ("id", None, "cont
 _JSON_RULES = {"beir": (True, False, True), "pyserini": (True, False, True), "beir-dataset": (False, True, False)}
 # what str.isspace() calls whitespace: str.strip() strips exactly these (pc.utf8_trim with them does the same)
 _PY_WHITESPACE = "\x09\x0a\x0b\x0c\x0d\x1c\x1d\x1e\x1f\x20\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"  # all 29 (tests check)
-# a line that starts like this is blank or begins with whitespace, or a carriage return ends a line inside what
-# Arrow reads as one (Python's text files split lines at a lone "\r" too): only the Python reader decides these
-_LINE_STARTS_BLANK = rb"\n[\n\r \t]|\r[^\n]|\r$"
+# a line that starts like this is blank or begins with whitespace: only the Python reader skips or rejects it
+_LINE_STARTS_BLANK = rb"\n[\n\r \t]"
 
 
 def json_corpus_batches(path: Path, fmt: str, chunk_bytes: int = 4 << 20) -> Iterator:
@@ -442,14 +441,18 @@ def json_corpus_batches(path: Path, fmt: str, chunk_bytes: int = 4 << 20) -> Ite
     empty = _empty_strings()
     blank_id = f"^{_PY_SPACE}*$"
 
-    def batches(data) -> "pa.RecordBatch":  # bytes or a memoryview of whole lines
+    def batches(data, cr: bool) -> "pa.RecordBatch":  # bytes or a memoryview of whole lines; cr: holds a "\r"
         # (numpy and RE2 over the chunk's bytes: bytes.count and `in` take 10x longer than the parse)
         raw = pa.py_buffer(data)
         whole = pa.Array.from_buffers(pa.large_binary(), 1, [None, pa.py_buffer(np.array([0, len(data)], np.int64)), raw])
         if (bytes(data[:1]) in (b"\n", b"\r", b" ", b"\t", b"\xef", b"[")
                 or np.frombuffer(pc.count_substring_regex(whole, _LINE_STARTS_BLANK).buffers()[1], np.int64)[0]):
-            raise NeedsPythonReader("byte-order mark, JSON array, a blank line or one starting with whitespace, or a lone carriage return")
-        lines = int(np.count_nonzero(np.frombuffer(data, np.uint8) == 10)) + (bytes(data[-1:]) != b"\n")
+            raise NeedsPythonReader("byte-order mark, JSON array, or a blank line or one starting with whitespace")
+        octets = np.frombuffer(data, np.uint8)
+        if cr and _has_lone_cr(octets):
+            # Python's text files end a line at a lone carriage return too; Arrow reads it as whitespace
+            raise NeedsPythonReader("a carriage return not followed by a newline")
+        lines = int(np.count_nonzero(octets == 10)) + (bytes(data[-1:]) != b"\n")
         try:
             table = pj.read_json(raw, read_options=read_opts, parse_options=parse_opts)
         except (pa.ArrowInvalid, UnicodeDecodeError) as e:
@@ -488,22 +491,32 @@ def json_corpus_batches(path: Path, fmt: str, chunk_bytes: int = 4 << 20) -> Ite
                 if not block:
                     if carry:  # the last line, without a newline
                         any_rows = True
-                        yield batches(carry)
+                        yield batches(carry, b"\r" in carry)
                     break
                 cut = block.rfind(b"\n") + 1
                 if cut == 0:
                     carry += block
                     continue
                 view = memoryview(block)
+                cr = b"\r" in carry or block.find(b"\r", 0, cut) >= 0  # (memchr: a pass over the chunk in 0.1 ms)
                 data = carry + view[:cut] if carry else view[:cut]
                 carry = bytes(view[cut:])
                 any_rows = True
-                yield batches(data)
+                yield batches(data, cr)
                 del data, view
             if not any_rows:
                 raise NeedsPythonReader("an empty file")
     except (OSError, EOFError) as e:
         raise NeedsPythonReader(f"cannot read ({e})") from None
+
+
+def _has_lone_cr(octets: np.ndarray) -> bool:
+    """Whether a chunk's bytes hold a carriage return that no newline follows."""
+    cr = np.flatnonzero(octets == 13)
+    if not cr.size:
+        return False
+    after = cr + 1
+    return bool(after[-1] >= octets.size or (octets[after[after < octets.size]] != 10).any())
 
 
 def _empty_strings():
