@@ -23,6 +23,7 @@ compiler for the helper, Pyserini's ``batch_search`` itself is used (one
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -297,6 +298,12 @@ class BM25Retriever:
         if batch is not None:
             facts["tie_fallbacks"] = batch.tie_fallbacks
             facts["id_order_seconds"] = round(batch.id_order_seconds, 3)
+        done = Path(facts["index"]) / "_COMPLETE" if facts["index"] else None
+        if done is not None and done.is_file():  # how our index was built (when, by this or an earlier run)
+            try:
+                facts["index_build"] = json.loads(done.read_text())
+            except (OSError, ValueError):
+                pass
         return facts
 
 

@@ -261,6 +261,7 @@ def test_index_read_from_the_store_file_equals_pyserini_from_jsonl(passages, tmp
     ours = BM25Retriever(threads=2, index_dir=str(tmp_path / "bm25")).index(stored)
     done = json.loads(next((tmp_path / "bm25").glob("*/_COMPLETE")).read_text())
     assert done["texts_from"] == "store file" and done["indexed"] == len(corpus) - 1 and done["empty"] == 1
+    assert ours.describe()["index_build"] == done  # the engine facts say how the index was built
     texts = list(stored.texts)
     assert texts[4] == "Zqxjv title only\n" and texts[3] == bodies[3] and texts[5] == f"{titles[5]}\n{bodies[5]}"
     (tmp_path / "jsonl").mkdir()
