@@ -238,12 +238,14 @@ def build_beir(
 
     key, desc = ["beir", *corpus_key], f"{name} corpus store"
     try:
-        try:
-            if corpus_file is None:
-                raise NeedsPythonReader("records, not a file")
-            store = cached_store(key, lambda: json_corpus_batches(Path(corpus_file), "beir-dataset"),
-                                 meta={"reader": "arrow"}, desc=desc)
-        except NeedsPythonReader:
+        store = None
+        if corpus_file is not None:
+            try:
+                store = cached_store(key, lambda: json_corpus_batches(Path(corpus_file), "beir-dataset"),
+                                     meta={"reader": "arrow"}, desc=desc)
+            except NeedsPythonReader:
+                pass  # the json reader decides this file
+        if store is None:
             store = cached_store(key, lambda: records(corpus_rows), meta={"reader": "python"}, desc=desc)
     except UserError as e:
         raise UserError(f"{where}: {e}") from None

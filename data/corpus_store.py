@@ -191,12 +191,10 @@ class CorpusStore:
         self._map.seek(0)
         base = self._map.read_buffer(1).address
         out = []
-        reader = pa.ipc.open_file(self._map)
-        for c in range(reader.num_record_batches):
-            batch = reader.get_batch(c)
+        # the table is the file's record batches, memory-mapped: a chunk's buffers are ranges of the file
+        for c, cols in enumerate(zip(*(self._table.column(f).chunks for f in fields))):
             where: list[int] = [] if name == "contents" else [-1, -1, 0]
-            for f in fields:
-                col = batch.column(f)
+            for col in cols:
                 if col.type != pa.string() or col.null_count or col.offset:
                     return None
                 _, offs, data = col.buffers()
@@ -205,7 +203,7 @@ class CorpusStore:
                 if not (0 <= offs_pos and offs_pos + 4 * (len(col) + 1) <= size and 0 <= data_pos and data_pos + data_len <= size):
                     return None
                 where += [offs_pos, data_pos, data_len]
-            out.append((int(self._offsets[c]), batch.num_rows, *where))
+            out.append((int(self._offsets[c]), len(cols[0]), *where))
         return out
 
     def ids_array(self):

@@ -411,9 +411,8 @@ def json_corpus_batches(path: Path, fmt: str, chunk_bytes: int = 4 << 20) -> Ite
     The records :func:`_beir_jsonl` / :func:`_pyserini_json` (Python's ``json``,
     line by line) give -- or, for ``fmt="beir-dataset"``, what ``beir:NAME``'s
     reader keeps (:func:`data.beir.build_beir`: title and text stripped, a
-    missing one empty) -- 3x faster (1M JsonCollection passages: 5.6 s instead of
-    17 s, of which Arrow's parse is 2 s), for every file that reader reads
-    without complaint.  The file is cut
+    missing one empty) -- about 2x faster for a whole store build
+    (bench/json_store.py), for every file that reader reads without complaint.  The file is cut
     into chunks at line ends and each chunk parsed by Arrow; a chunk must give
     exactly one record per line.  Where the two readers could differ -- a
     byte-order mark, a blank line or one starting with whitespace, a JSON array
@@ -439,7 +438,9 @@ def json_corpus_batches(path: Path, fmt: str, chunk_bytes: int = 4 << 20) -> Ite
     parse_opts = pj.ParseOptions(explicit_schema=pa.schema([(n, pa.string()) for n in names]),
                                  unexpected_field_behavior="ignore", newlines_in_values=False)
     schema = pa.schema([("id", pa.string()), ("title", pa.string()), ("text", pa.string())])
-    empty = _empty_strings()
+    from data.corpus_store import utf8_scalar
+
+    empty = utf8_scalar("")  # (made from buffers: converting "" makes pyarrow import pandas)
     blank_id = f"^{_PY_SPACE}*$"
 
     def batches(data, cr: bool) -> "pa.RecordBatch":  # bytes or a memoryview of whole lines; cr: holds a "\r"
@@ -464,7 +465,7 @@ def json_corpus_batches(path: Path, fmt: str, chunk_bytes: int = 4 << 20) -> Ite
         ids, text = table.column(id_field).chunk(0), table.column(text_field).chunk(0)
         if ids.null_count or (text_required and text.null_count):
             raise NeedsPythonReader("a record without the id or the text (or with null there)")
-        text = pc.fill_null(text, empty[0]) if text.null_count else text
+        text = pc.fill_null(text, empty) if text.null_count else text
         try:  # Arrow's JSON parser does not check that strings are UTF-8
             for name in names:
                 table.column(name).chunk(0).validate(full=True)
@@ -475,7 +476,7 @@ def json_corpus_batches(path: Path, fmt: str, chunk_bytes: int = 4 << 20) -> Ite
             raise NeedsPythonReader("an empty id, or one of whitespace only")
         if title_field:  # BEIR: `rec.get("title") or ""`
             title = table.column(title_field).chunk(0)
-            title = pc.fill_null(title, empty[0]) if title.null_count else title
+            title = pc.fill_null(title, empty) if title.null_count else title
         else:  # JsonCollection: "title\ntext" split at the first newline, else no title
             title, text = _split_first_line(text, empty)
         if strip:
@@ -520,13 +521,6 @@ def _has_lone_cr(octets: np.ndarray) -> bool:
     return bool(after[-1] >= octets.size or (octets[after[after < octets.size]] != 10).any())
 
 
-def _empty_strings():
-    """A one-value string array holding "" (made from buffers: see dpr_tsv_batches about pandas)."""
-    import pyarrow as pa
-
-    return pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(np.zeros(2, np.int32).tobytes()), pa.py_buffer(b"")])
-
-
 def _split_first_line(contents, empty):
     """(title, text) of JsonCollection contents as :func:`_pyserini_json` splits them (``str.partition("\\n")``)."""
     import pyarrow as pa
@@ -547,7 +541,7 @@ def _split_first_line(contents, empty):
     two = np.packbits((offsets[1:] - offsets[:-1]) == 2, bitorder="little")
     has_title = pa.Array.from_buffers(pa.bool_(), len(contents), [None, pa.py_buffer(two)])
     text = pieces.take(int32(offsets[1:] - 1))  # the last piece: the text, or all of the contents
-    title = pc.if_else(has_title, pieces.take(int32(offsets[:-1])), empty[0])
+    title = pc.if_else(has_title, pieces.take(int32(offsets[:-1])), empty)
     return title, text
 
 def _json_lines(path: Path, bad: BadRecords):
