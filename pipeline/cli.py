@@ -79,6 +79,8 @@ def add_retriever_options(group) -> None:
                        "(default max(65536, 64 x nlist), at most the corpus; seeded by --seed)")
     group.add_argument("--nprobe", type=int, help="IVF lists searched per query (default 2 x sqrt(nlist))")
     group.add_argument("--ef-search", type=int, help="HNSW search breadth efSearch (default 128)")
+    group.add_argument("--dense-refine", type=float, metavar="K_FACTOR", help="re-rank a factory index's top K_FACTOR x k "
+                       "by exact inner products read from the memory-mapped corpus embeddings (only the compressed index stays in memory)")
     group.add_argument("--dense-index-dir", help="prebuilt FAISS index to search instead of encoding the corpus: a directory "
                        "in Pyserini's layout (index + docid) or a Pyserini prebuilt dense index name")
     group.add_argument("--query-prompt", help="dense query prompt: a prompt name of the model or a literal prefix; '' for none"
@@ -95,7 +97,8 @@ def dense_prompt_options(args) -> dict:
 
 def dense_index_options(args) -> dict:
     """The dense retriever options the FAISS index flags set (none when not given)."""
-    names = {"dense_train_sample": "train_sample", "nprobe": "nprobe", "ef_search": "hnsw_ef_search", "dense_index_dir": "index_dir"}
+    names = {"dense_train_sample": "train_sample", "nprobe": "nprobe", "ef_search": "hnsw_ef_search", "dense_index_dir": "index_dir",
+             "dense_refine": "refine"}
     return {opt: getattr(args, flag) for flag, opt in names.items() if getattr(args, flag, None) is not None}
 
 

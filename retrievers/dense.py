@@ -62,6 +62,11 @@ class DenseRetriever:
     nprobe : IVF lists visited per query (default ``2 sqrt(nlist)``).
     train_sample : corpus rows a factory index is trained on (default
         ``max(65536, 64 nlist)``, at most the corpus), drawn with ``seed``.
+    refine : re-rank an approximate index's top ``refine x k`` by exact inner
+        products read from the memory-mapped embedding shards
+        (:func:`retrievers.faiss_index.refine_search`; FAISS ``IndexRefine``'s
+        ``k_factor`` without a second in-memory copy of the vectors); ``None``:
+        the index's own scores.
     index_dir : a prebuilt FAISS index in Pyserini's layout (directory with
         ``index`` + ``docid``, or a Pyserini prebuilt index name) searched
         instead of encoding the corpus; docids are mapped to corpus rows by id.
@@ -91,6 +96,7 @@ class DenseRetriever:
         train_sample: int | None = None,
         index_dir: str | None = None,
         seed: int = 13,
+        refine: float | None = None,
     ):
         self.model = model
         self.field = field
@@ -111,6 +117,7 @@ class DenseRetriever:
         self.train_sample = train_sample
         self.index_dir = index_dir
         self.seed = seed
+        self.refine = refine
 
     def encoder_spec(self) -> dict:
         """Keyword arguments of :func:`retrievers.encoders.load_encoder` for this retriever's encoder (no device)."""
@@ -227,6 +234,10 @@ class DenseRetriever:
         ef_search = None if self.hnsw_ef_search is None else int(self.hnsw_ef_search)
         nprobe = None if self.nprobe in (None, "") else int(self.nprobe)
         self._size = len(corpus)
+        refine = None if self.refine in (None, "") else float(self.refine)
+        if refine is not None and (self.index_dir or resolve_index_spec(self.index_type, self.hnsw_m) is None):
+            raise UserError("dense refine re-ranks a factory index (--dense-index IVF...,PQ...|hnsw) with the corpus "
+                            "embeddings; " + ("a prebuilt --dense-index-dir has none here" if self.index_dir else "flat is exact already"))
         if self.index_dir:
             prebuilt = PrebuiltIndex.open(self.index_dir, corpus.ids)
             dim = self.encode_queries(["dimension probe"]).shape[1]
@@ -245,7 +256,8 @@ class DenseRetriever:
         else:
             train = None if self.train_sample in (None, "") else int(self.train_sample)
             index, built = cached_index(factory, shards, self.embeddings_key_, train, int(self.seed))
-            self._searcher = IndexSearcher(index, nprobe, ef_search, device)
+            self._searcher = IndexSearcher(index, nprobe, ef_search, device, refine=shards if refine else None,
+                                           k_factor=refine or 1.0)
             self.index_info_ = {**built, **self._searcher.info()}
         return self
 

@@ -55,6 +55,8 @@ INDEX_SUFFIX = ".faiss"
 PYSERINI_INDEX = "index"
 PYSERINI_DOCID = "docid"
 EXACT_SPECS = {"flat", "Flat"}
+REFINE_QUERY_BLOCK = 256  # queries per re-ranking block of refine_search (their candidate vectors are gathered at once)
+REFINE_RELEASE_BYTES = 32 << 20  # refine_search releases the pages it read after about this many vector bytes
 
 
 # --------------------------------------------------------------- embeddings
@@ -107,11 +109,27 @@ class EmbeddingShards:
         if rows.size and (rows.min() < 0 or rows.max() >= len(self)):
             raise IndexError(f"rows outside [0, {len(self)})")
         out = np.empty((len(rows), self.dim), dtype=np.float32)
-        part_of = np.searchsorted(self.offsets, rows, side="right") - 1
-        for i in np.unique(part_of):
-            sel = np.nonzero(part_of == i)[0]
-            out[sel] = self.parts[i][rows[sel] - self.offsets[i]]
+        order = np.argsort(rows, kind="stable")  # read each part once, in file order
+        ordered = rows[order]
+        bounds = np.searchsorted(ordered, self.offsets)
+        for i in np.nonzero(bounds[1:] > bounds[:-1])[0]:
+            sel = order[bounds[i] : bounds[i + 1]]
+            out[sel] = self.parts[i][ordered[bounds[i] : bounds[i + 1]] - self.offsets[i]]
         return out
+
+    def release_pages(self) -> None:
+        """Unmap the file pages a read touched (``MADV_DONTNEED``): they stay in the OS page cache, not in this process.
+
+        Random reads (:func:`refine_search`) would otherwise leave every page
+        they ever touched in the process's resident set; released, the RSS is
+        the working set of one query block.  A no-op for in-memory parts.
+        """
+        import mmap
+
+        for part in self.parts:
+            m = getattr(part, "_mmap", None)  # np.memmap's mapping (np.load(mmap_mode=...) parts)
+            if m is not None and hasattr(m, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+                m.madvise(mmap.MADV_DONTNEED)
 
     def to_array(self) -> np.ndarray:
         """All rows as one in-memory array (for callers that want one; costs N x D x 4 bytes)."""
@@ -188,6 +206,61 @@ def flat_search(shards: EmbeddingShards, queries: np.ndarray, k: int, query_bloc
             scores[todo[done], :k_eff] = np.where(i[done, :k_eff] >= 0, d[done, :k_eff], -np.inf)
             ids[todo[done], :k_eff] = i[done, :k_eff]
             todo, depth = todo[~done], min(n, 4 * depth)
+    return scores, ids
+
+
+def refine_search(shards: EmbeddingShards, queries: np.ndarray, candidates: np.ndarray, k: int,
+                  query_block: int = REFINE_QUERY_BLOCK):
+    """Exact inner-product top-``k`` among each query's ``candidates`` (corpus rows, -1 = none): ``(scores, ids)``.
+
+    The re-ranking step of FAISS's ``IndexRefine`` (its ``k_factor``: an
+    approximate index proposes ``k_factor x k`` rows, exact scores order
+    them), with the exact vectors read from the memory-mapped embedding
+    shards on demand instead of a second in-memory copy of the corpus -- the
+    disk-resident design of Jayaram Subramanya et al. 2019 (DiskANN), so only
+    the compressed index stays in memory.  Order: score descending, corpus
+    row ascending; rows padded with id -1 / score -inf.  The pages read are
+    released after every ``REFINE_RELEASE_BYTES`` of vectors and at the end
+    (:meth:`EmbeddingShards.release_pages`), so the file pages this process
+    holds stay bounded (a few times that: each vector read maps at least one
+    4 kB page) however large the corpus.  Each shard is read once per block of
+    ``query_block`` queries, in row order.
+    """
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    candidates = np.asarray(candidates, dtype=np.int64)
+    nq, width = candidates.shape
+    k_out = int(k)
+    scores = np.full((nq, k_out), -np.inf, dtype=np.float32)
+    ids = np.full((nq, k_out), -1, dtype=np.int64)
+    if width == 0:
+        return scores, ids
+    big = np.iinfo(np.int64).max
+    read = 0
+    for lo in range(0, nq, query_block):
+        hi = min(nq, lo + query_block)
+        cand = candidates[lo:hi]
+        valid = cand >= 0
+        rows = np.where(valid, cand, 0).ravel()
+        # score (query, candidate) pairs in corpus-row order: each shard is read once, in file order, straight
+        # into the dot products (no gathered [B, C, D] copy)
+        order = np.argsort(rows, kind="stable")
+        ordered = rows[order]
+        query_of = order // width
+        bounds = np.searchsorted(ordered, shards.offsets)
+        block = queries[lo:hi]
+        pair_scores = np.empty(len(rows), dtype=np.float32)
+        for i in np.nonzero(bounds[1:] > bounds[:-1])[0]:
+            a, b = bounds[i], bounds[i + 1]
+            pair_scores[order[a:b]] = np.einsum("jd,jd->j", shards.parts[i][ordered[a:b] - shards.offsets[i]], block[query_of[a:b]])
+        s = np.where(valid, pair_scores.reshape(hi - lo, width), -np.inf).astype(np.float32)
+        top = np.lexsort((np.where(valid, cand, big), -s.astype(np.float64)), axis=1)[:, :k_out]
+        got = top.shape[1]
+        scores[lo:hi, :got] = np.take_along_axis(s, top, axis=1)
+        ids[lo:hi, :got] = np.where(np.isfinite(scores[lo:hi, :got]), np.take_along_axis(cand, top, axis=1), -1)
+        read += cand.size * shards.dim * 4
+        if read >= REFINE_RELEASE_BYTES or hi == nq:
+            shards.release_pages()
+            read = 0
     return scores, ids
 
 
@@ -601,9 +674,17 @@ class IndexSearcher:
     ef_search: int | None = None
     device: str = "cpu"
     rows: np.ndarray | None = None  # index position -> corpus row (-1: not in the corpus); None: identity
+    refine: EmbeddingShards | None = None  # exact vectors to re-rank with (refine_search); None: the index's own scores
+    k_factor: float = 1.0  # with refine: candidates per result taken from the index
     params: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        if self.refine is not None:
+            if not self.k_factor >= 1:
+                raise UserError(f"dense refine: the candidate factor must be >= 1 (got {self.k_factor})")
+            if self.refine.dim != self.index.d or (self.rows is None and len(self.refine) != self.index.ntotal):
+                raise ValueError(f"refine vectors {len(self.refine)} x {self.refine.dim} do not match the index "
+                                 f"({self.index.ntotal} x {self.index.d})")
         self.params = set_search_parameters(self.index, self.nprobe, self.ef_search)
         self.gpu_index, self.resources = to_gpu(self.index, self.device)
         if self.resources is None:
@@ -625,6 +706,13 @@ class IndexSearcher:
 
     def search(self, queries: np.ndarray, k: int):
         q = np.ascontiguousarray(queries, dtype=np.float32)
+        if self.refine is not None:
+            width = max(1, min(math.ceil(int(k) * self.k_factor), self.searchable))
+            d, i = self._search(q, width)
+            return _pad(*refine_search(self.refine, q, i, min(int(k), width)), int(k))
+        return self._search(q, k)
+
+    def _search(self, q: np.ndarray, k: int):
         k_eff = max(1, min(int(k), self.searchable))
         if self.selector is not None:
             d, i = self.index.search(q, k_eff, params=self.selector)
@@ -639,8 +727,11 @@ class IndexSearcher:
         return _pad(d, i, k)
 
     def info(self) -> dict:
-        return {"ntotal": int(self.index.ntotal), "dim": int(self.index.d), "params": self.params,
-                "gpu": self.gpu_index is not None}
+        out = {"ntotal": int(self.index.ntotal), "dim": int(self.index.d), "params": self.params,
+               "gpu": self.gpu_index is not None}
+        if self.refine is not None:
+            out["refine"] = {"k_factor": self.k_factor, "vectors": "embedding shards (memory-mapped, read per query block)"}
+        return out
 
 
 def _pad(d: np.ndarray, i: np.ndarray, k: int):

@@ -208,6 +208,71 @@ def test_damaged_cached_index_warns_and_is_rebuilt(slice_, flat, capsys, damage)
     assert third.index_info_["cache"] == "loaded"
 
 
+def test_refine_reranks_candidates_by_exact_scores_read_from_the_shards(slice_, flat):
+    corpus, queries, _ = slice_
+    exact_r, exact = flat
+    spec = "IVF16,PQ16x4"
+    plain = dense(index_type=spec, train_sample=500, nprobe=4).index(corpus)
+    refined = dense(index_type=spec, train_sample=500, nprobe=4, refine=3).index(corpus)
+    assert refined.index_info_["cache"] == "loaded"  # refine is a search step: the same cached index
+    assert refined.index_info_["refine"]["k_factor"] == 3.0
+    a, b = plain.search(queries, 20), refined.search(queries, 20)
+    # the refined scores are the exact inner products of the ids returned, ordered by (score desc, row asc)
+    emb = exact_r.embedding_shards(corpus).to_array()
+    q = refined.encode_queries(queries)
+    want = np.einsum("qd,qkd->qk", q, emb[b.ids])
+    np.testing.assert_allclose(b.scores, want, atol=1e-5)
+    assert (np.diff(b.scores, axis=1) <= 1e-6).all()
+    # they are the exact top 20 of the 60 candidates the index proposes
+    _, cand = dense(index_type=spec, train_sample=500, nprobe=4).index(corpus)._searcher.search(q, 60)
+    for row_ids, cands, qv in zip(b.ids, cand, q):
+        s = emb[cands] @ qv
+        top = cands[np.lexsort((cands, -s))[:20]]
+        assert set(row_ids) == set(top)
+    # and closer to exact search than the compressed scores were
+    assert overlap(b.ids, exact.ids[:, :20]) > overlap(a.ids, exact.ids[:, :20]) + 0.1
+    # candidates covering every list and row: exact search itself
+    full = dense(index_type=spec, train_sample=500, nprobe=16, refine=len(corpus)).index(corpus)
+    got = full.search(queries, 50)
+    assert_same_ranking(got.ids, exact.ids, got.scores, exact.scores)
+
+
+def test_refine_releases_the_pages_it_read(slice_, flat, tmp_path):
+    import shutil
+
+    from retrievers.faiss_index import EmbeddingShards
+
+    corpus, _, _ = slice_
+    path = str(tmp_path / "shard.npy")  # a copy: no other test's mapping of the file is counted
+    shutil.copyfile(flat[0].embedding_shards(corpus).paths[0], path)
+    shards = EmbeddingShards.from_files([path])
+
+    def resident_kb() -> int:
+        total, inside = 0, False
+        for line in open("/proc/self/smaps"):
+            if line[0] in "0123456789abcdef" and "-" in line.split()[0]:
+                inside = line.rstrip().endswith(path)
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1])
+        return total
+
+    shards.release_pages()
+    assert resident_kb() == 0
+    shards.take(np.arange(0, SHARD, 7))
+    assert resident_kb() > 0
+    shards.release_pages()
+    assert resident_kb() == 0
+    np.testing.assert_array_equal(shards.take(np.array([3])), np.load(path)[3:4])  # still readable after the release
+
+
+def test_refine_needs_a_factory_index(slice_):
+    corpus, _, _ = slice_
+    with pytest.raises(UserError, match="flat is exact"):
+        dense(refine=2).index(corpus)
+    with pytest.raises(UserError, match="prebuilt"):
+        dense(index_type="IVF16,Flat", refine=2, index_dir="/nonexistent").index(corpus)
+
+
 def test_nprobe_all_lists_equals_flat_and_one_list_does_not(slice_, flat):
     corpus, queries, _ = slice_
     _, exact = flat
@@ -333,13 +398,13 @@ def test_cli_flags_reach_the_dense_retriever():
     from retrievers.registry import make_retriever
 
     args = build_parser().parse_args(["--retriever", "rrf:bm25+dense", "--dense-index", "OPQ16,IVF256,PQ16", "--nprobe", "9",
-                                      "--ef-search", "77", "--dense-train-sample", "5000", "--seed", "21"])
+                                      "--ef-search", "77", "--dense-train-sample", "5000", "--seed", "21", "--dense-refine", "4"])
     r = make_retriever(args.retriever, **{f"{k}_options": v for k, v in retriever_options(args).items()})
     d = r.members[1]
-    assert (d.index_type, d.nprobe, d.hnsw_ef_search, d.train_sample, d.seed) == ("OPQ16,IVF256,PQ16", 9, 77, 5000, 21)
+    assert (d.index_type, d.nprobe, d.hnsw_ef_search, d.train_sample, d.seed, d.refine) == ("OPQ16,IVF256,PQ16", 9, 77, 5000, 21, 4.0)
     plain = build_parser().parse_args(["--retriever", "dense"])
     d = make_retriever("dense", dense_options=retriever_options(plain)["dense"])
-    assert (d.index_type, d.nprobe, d.hnsw_ef_search, d.index_dir) == ("flat", None, 128, None)
+    assert (d.index_type, d.nprobe, d.hnsw_ef_search, d.index_dir, d.refine) == ("flat", None, 128, None, None)
 
 
 # ------------------------------------------------------------ fused, blocked
