@@ -20,8 +20,7 @@ memory-mapped embedding shards order them, ``--dense-refine F``) the table gives
 relative to exact search (|top-k ∩ exact top-k| / k, ``--k`` 100), queries/s
 (all queries in one batch, ``--threads`` FAISS threads, after one warm-up
 search), the index bytes (its file; flat: the embedding shards; a refined
-index reads its exact vectors from the shards' file pages per query block and
-releases them, so only its index file counts) and the peak
+index also reads exact vectors from the shards, which its RSS shows) and the peak
 RSS of a fresh search process that loads the index (memory-mapped; file pages
 it touches count), the ratios to flat, and whether the row meets the issue's
 goal (recall >= 0.95 at >= 10x flat's queries/s and <= 1/8 its memory; judged on
@@ -236,7 +235,7 @@ def run_part(label: str, shards, key: str, q: np.ndarray, indexes: list[str], ar
             res = measure({**base, "index": path, "shards": [str(x) for x in shards.paths] if refine else None, "nprobe": nprobe,
                            "ef_search": ef, "refine": refine})
             param = " ".join(x for x in (f"nprobe={nprobe}" if nprobe else "", f"ef={ef}" if ef else "", f"refine={refine:g}" if refine else "") if x)
-            row = {"part": label, "index": factory, "param": param,
+            row = {"part": label, "index": factory, "param": param, "refine": refine,
                    "recall": recall(res["ids"], exact), "nn_recall": nn_recall(res["ids"], exact), "qps": len(q) / res["seconds"], "index_bytes": os.path.getsize(path),
                    "peak_rss": res["peak_rss"], "build_s": build if info.get("cache") == "built" else 0.0}
             rows.append(row)
@@ -244,7 +243,11 @@ def run_part(label: str, shards, key: str, q: np.ndarray, indexes: list[str], ar
     for r in rows:
         r["speedup"] = r["qps"] / rows[0]["qps"]
         r["memory_ratio"] = r["index_bytes"] / flat_bytes
-        r["goal"] = (not synthetic) and r["recall"] >= GOAL_RECALL and r["speedup"] >= GOAL_SPEEDUP and r["memory_ratio"] <= GOAL_MEMORY
+        met = (not synthetic) and r["recall"] >= GOAL_RECALL and r["speedup"] >= GOAL_SPEEDUP and r["memory_ratio"] <= GOAL_MEMORY
+        # a refined index reads flat's exact vectors (through the page cache, its RSS shows them): its memory is
+        # within the goal only for the index itself, so it is marked apart, never "yes"
+        r["goal"] = met and not r.get("refine")
+        r["goal_index_only"] = met and bool(r.get("refine"))
     return rows
 
 
@@ -252,7 +255,8 @@ def table(rows: list[dict], k: int) -> str:
     out = [f"| corpus | index | search params | recall@{k} vs flat | 1-recall@{k} | q/s | x flat | index MB | / flat | search RSS MB | build s | goal |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        goal = "n/a (synthetic)" if r["part"].startswith("SYNTHETIC") else ("yes" if r["goal"] else "no")
+        goal = "n/a (synthetic)" if r["part"].startswith("SYNTHETIC") else (
+            "yes" if r["goal"] else "index only (+ flat's vectors paged)" if r.get("goal_index_only") else "no")
         out.append(f"| {r['part']} | {r['index']} | {r['param']} | {r['recall']:.3f} | {r['nn_recall']:.3f} | {r['qps']:.0f} | {r['speedup']:.1f} | "
                    f"{r['index_bytes'] / 2**20:.1f} | {r['memory_ratio']:.3f} | {r['peak_rss'] / 2**20:.0f} | {r['build_s']:.0f} | {goal} |")
     return "\n".join(out)

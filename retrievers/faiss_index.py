@@ -56,7 +56,6 @@ PYSERINI_INDEX = "index"
 PYSERINI_DOCID = "docid"
 EXACT_SPECS = {"flat", "Flat"}
 REFINE_QUERY_BLOCK = 256  # queries per re-ranking block of refine_search (their candidate vectors are gathered at once)
-REFINE_RELEASE_BYTES = 32 << 20  # refine_search releases the pages it read after about this many vector bytes
 
 
 # --------------------------------------------------------------- embeddings
@@ -116,20 +115,6 @@ class EmbeddingShards:
             sel = order[bounds[i] : bounds[i + 1]]
             out[sel] = self.parts[i][ordered[bounds[i] : bounds[i + 1]] - self.offsets[i]]
         return out
-
-    def release_pages(self) -> None:
-        """Unmap the file pages a read touched (``MADV_DONTNEED``): they stay in the OS page cache, not in this process.
-
-        Random reads (:func:`refine_search`) would otherwise leave every page
-        they ever touched in the process's resident set; released, the RSS is
-        the working set of one query block.  A no-op for in-memory parts.
-        """
-        import mmap
-
-        for part in self.parts:
-            m = getattr(part, "_mmap", None)  # np.memmap's mapping (np.load(mmap_mode=...) parts)
-            if m is not None and hasattr(m, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
-                m.madvise(mmap.MADV_DONTNEED)
 
     def to_array(self) -> np.ndarray:
         """All rows as one in-memory array (for callers that want one; costs N x D x 4 bytes)."""
@@ -218,13 +203,14 @@ def refine_search(shards: EmbeddingShards, queries: np.ndarray, candidates: np.n
     them), with the exact vectors read from the memory-mapped embedding
     shards on demand instead of a second in-memory copy of the corpus -- the
     disk-resident design of Jayaram Subramanya et al. 2019 (DiskANN), so only
-    the compressed index stays in memory.  Order: score descending, corpus
-    row ascending; rows padded with id -1 / score -inf.  The pages read are
-    released after every ``REFINE_RELEASE_BYTES`` of vectors and at the end
-    (:meth:`EmbeddingShards.release_pages`), so the file pages this process
-    holds stay bounded (a few times that: each vector read maps at least one
-    4 kB page) however large the corpus.  Each shard is read once per block of
-    ``query_block`` queries, in row order.
+    the compressed index is built in memory.  Order: score descending, corpus
+    row ascending; rows padded with id -1 / score -inf.  Each shard is read
+    once per block of ``query_block`` queries, in row order.  The vectors come
+    through the OS page cache: the file pages a search touched count in the
+    process's RSS (clean, reclaimable), and with the kernel's fault-around
+    (16 pages a fault) a large query batch maps most of the file -- unmapping
+    them after each block (``MADV_DONTNEED``) did not bound the peak and made
+    the re-ranking 2-3x slower on 1M MiniLM vectors (2 cores), so it is not done.
     """
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     candidates = np.asarray(candidates, dtype=np.int64)
@@ -235,7 +221,6 @@ def refine_search(shards: EmbeddingShards, queries: np.ndarray, candidates: np.n
     if width == 0:
         return scores, ids
     big = np.iinfo(np.int64).max
-    read = 0
     for lo in range(0, nq, query_block):
         hi = min(nq, lo + query_block)
         cand = candidates[lo:hi]
@@ -257,10 +242,6 @@ def refine_search(shards: EmbeddingShards, queries: np.ndarray, candidates: np.n
         got = top.shape[1]
         scores[lo:hi, :got] = np.take_along_axis(s, top, axis=1)
         ids[lo:hi, :got] = np.where(np.isfinite(scores[lo:hi, :got]), np.take_along_axis(cand, top, axis=1), -1)
-        read += cand.size * shards.dim * 4
-        if read >= REFINE_RELEASE_BYTES or hi == nq:
-            shards.release_pages()
-            read = 0
     return scores, ids
 
 

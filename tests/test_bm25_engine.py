@@ -359,7 +359,10 @@ def test_killed_build_is_never_served_and_is_rebuilt(reqa_dev, reqa_bm25, tmp_pa
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
         time.sleep(0.05)
     assert list(root.glob(f".{key}.build.*/index")), "the indexer never started"
-    time.sleep(1.0)  # Anserini is writing segments now
+    # freeze the builder at once (on a fast CPU it can finish a 10k-sentence build within a second), let Anserini's
+    # JVM go on writing segments, then kill the builder: a kill at any point before its final rename
+    proc.send_signal(signal.SIGSTOP)
+    time.sleep(1.0)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (root / key).exists(), "a killed build must not leave an index under its final name"

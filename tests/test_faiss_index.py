@@ -237,34 +237,6 @@ def test_refine_reranks_candidates_by_exact_scores_read_from_the_shards(slice_, 
     assert_same_ranking(got.ids, exact.ids, got.scores, exact.scores)
 
 
-def test_refine_releases_the_pages_it_read(slice_, flat, tmp_path):
-    import shutil
-
-    from retrievers.faiss_index import EmbeddingShards
-
-    corpus, _, _ = slice_
-    path = str(tmp_path / "shard.npy")  # a copy: no other test's mapping of the file is counted
-    shutil.copyfile(flat[0].embedding_shards(corpus).paths[0], path)
-    shards = EmbeddingShards.from_files([path])
-
-    def resident_kb() -> int:
-        total, inside = 0, False
-        for line in open("/proc/self/smaps"):
-            if line[0] in "0123456789abcdef" and "-" in line.split()[0]:
-                inside = line.rstrip().endswith(path)
-            elif inside and line.startswith("Rss:"):
-                total += int(line.split()[1])
-        return total
-
-    shards.release_pages()
-    assert resident_kb() == 0
-    shards.take(np.arange(0, SHARD, 7))
-    assert resident_kb() > 0
-    shards.release_pages()
-    assert resident_kb() == 0
-    np.testing.assert_array_equal(shards.take(np.array([3])), np.load(path)[3:4])  # still readable after the release
-
-
 def test_refine_needs_a_factory_index(slice_):
     corpus, _, _ = slice_
     with pytest.raises(UserError, match="flat is exact"):

@@ -47,7 +47,8 @@ def squad_dev():
 
 @pytest.fixture(scope="module")
 def reader():
-    return ExtractiveReader(str(READER), progress=False).load()
+    # float32 on every CPU: "auto" is bf16 where the CPU has native bf16, and these tests compare exact fp32 reads
+    return ExtractiveReader(str(READER), dtype="float32", progress=False).load()
 
 
 def _row(rows, question):
@@ -101,7 +102,7 @@ def test_spans_respect_max_answer_tokens(squad_dev):
 def test_batching_with_dynamic_padding_does_not_change_reads(squad_dev, reader):
     rows, _ = squad_dev
     rows = rows[5::12]  # paragraphs of different lengths, so batches are padded
-    one_by_one = ExtractiveReader(str(READER), batch_size=1, progress=False)
+    one_by_one = ExtractiveReader(str(READER), batch_size=1, dtype="float32", progress=False)
     single = one_by_one.read_pairs([r[0] for r in rows], [r[1] for r in rows])
     batched = reader.read_pairs([r[0] for r in rows], [r[1] for r in rows])
     assert len({len(r[1]) for r in rows}) > 1
@@ -137,7 +138,7 @@ def test_cache_reuses_every_read_with_identical_outputs(squad_dev, reader, tmp_p
     first = reader.read_pairs(questions + questions[:1], passages + passages[:1], cache=ReadCache(tmp_path))
     assert (first.n_read, first.n_reused) == (9, 0)
     assert first.text[9] == first.text[0]
-    fresh = ExtractiveReader(str(READER), progress=False)  # new process-like reader: no model loaded yet
+    fresh = ExtractiveReader(str(READER), dtype="float32", progress=False)  # new process-like reader: no model loaded yet
     again = fresh.read_pairs(questions, passages, cache=ReadCache(tmp_path))
     assert (again.n_read, again.n_reused) == (0, 9)
     assert getattr(fresh, "model_", None) is None  # everything came from the cache
@@ -146,7 +147,7 @@ def test_cache_reuses_every_read_with_identical_outputs(squad_dev, reader, tmp_p
     np.testing.assert_array_equal(again.start_char, first.start_char[:9])
     np.testing.assert_array_equal(again.end_char, first.end_char[:9])
     # other reader parameters are other reads
-    other = ExtractiveReader(str(READER), max_answer_tokens=5, progress=False)
+    other = ExtractiveReader(str(READER), max_answer_tokens=5, dtype="float32", progress=False)
     partly = other.read_pairs(questions[:2], passages[:2], cache=ReadCache(tmp_path))
     assert (partly.n_read, partly.n_reused) == (2, 0)
     assert len(ReadCache(tmp_path)) == 11
@@ -165,7 +166,7 @@ def test_bfloat16_on_cpu_mostly_agrees_with_float32_and_is_cached_apart(squad_de
     same = np.mean([a == b for a, b in zip(exact.text, fast.text)])
     assert same >= 0.9, same
     assert np.corrcoef(exact.score, fast.score)[0, 1] > 0.99
-    assert (ExtractiveReader(str(READER), progress=False).read_pairs(questions[:2], passages[:2], cache=ReadCache(tmp_path)).n_reused) == 0
+    assert (ExtractiveReader(str(READER), dtype="float32", progress=False).read_pairs(questions[:2], passages[:2], cache=ReadCache(tmp_path)).n_reused) == 0
 
 
 def test_alias_offline_is_a_one_line_user_error(tmp_path, monkeypatch):
