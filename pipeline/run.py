@@ -261,6 +261,9 @@ def run(args, engine) -> int:
     shards = embedding_shard_counts(retriever)
     if shards:
         extra["embedding_shards"] = shards
+    indexes = index_infos(retriever)
+    if indexes:
+        extra["indexes"] = indexes  # what each member searched: Lucene index and its build, FAISS index, refine
     if args.skip_bad_records:
         extra["skipped_records"] = skipped_records(dataset)
         if train is not None:
@@ -317,6 +320,24 @@ def embedding_shard_counts(retriever) -> dict:
                 total[k] = total.get(k, 0) + int(v)
         stack.extend(getattr(r, "members", None) or [])
     return total
+
+
+def index_infos(retriever) -> list[dict]:
+    """The index facts of every BM25 (``describe()``) and dense (``index_info_``) retriever of a run, members included."""
+    import json
+
+    out, stack = [], [retriever]
+    while stack:
+        r = stack.pop(0)
+        facts = None
+        if getattr(r, "index_info_", None):
+            facts = {"retriever": getattr(r, "name", type(r).__name__), **r.index_info_}
+        elif callable(getattr(r, "describe", None)) and getattr(r, "_path", None):
+            facts = {"retriever": getattr(r, "name", type(r).__name__), **r.describe()}
+        if facts is not None:
+            out.append(json.loads(json.dumps(facts, default=str)))  # paths and numpy numbers as plain JSON
+        stack.extend(getattr(r, "members", None) or [])
+    return out
 
 
 def skipped_records(dataset) -> int | None:

@@ -43,6 +43,9 @@ def test_outputs_written(bm25_run):
     assert manifest["config"]["retriever"] == "bm25"
     assert any(k.endswith("dev-v1.1.json.zip") for k in manifest["data"])
     assert "pyserini" in manifest["versions"] and "retrieve" in manifest["timings_s"]
+    (index,) = manifest["indexes"]  # the Lucene index searched, and how it was built
+    assert index["retriever"] == "bm25" and index["search"] == "batch-helper"
+    assert index["index_build"]["docs"] == metrics["corpus_size"] and index["jvm"]["heap_max"]
 
 
 def test_bm25_regression_slice(bm25_run):
@@ -60,6 +63,19 @@ def test_dense_regression_slice(tmp_path):
     r = json.loads((out / "metrics.json").read_text())["retrieval"]["reqa"]["sentence"]
     assert r["MRR"] == pytest.approx(EXPECTED_DENSE_300["MRR"], abs=0.002)
     assert r["R@1"] == pytest.approx(EXPECTED_DENSE_300["R@1"], abs=0.004)
+
+
+def test_refined_compressed_dense_index_scores_like_exact_search(tmp_path):
+    """--dense-refine re-ranks a 4-bit PQ index by exact vectors: the regression slice's numbers come back."""
+    out = tmp_path / "refined"
+    proc = run_cli("--dataset", "reqa_squad", "--split", "dev", "--retriever", "dense", "--dense-index", "IVF64,PQ48x4fs",
+                   "--nprobe", "16", "--dense-refine", "4", "--limit", "300", "--depth", "100", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads((out / "metrics.json").read_text())["retrieval"]["reqa"]["sentence"]
+    assert r["MRR"] == pytest.approx(EXPECTED_DENSE_300["MRR"], abs=0.01)
+    assert r["R@1"] == pytest.approx(EXPECTED_DENSE_300["R@1"], abs=0.01)
+    (index,) = json.loads((out / "manifest.json").read_text())["indexes"]
+    assert (index["factory"], index["params"], index["refine"]["k_factor"]) == ("IVF64,PQ48x4fs", {"nprobe": 16}, 4.0)
 
 
 def test_trec_run_reads_back_to_the_same_metrics(bm25_run, reqa_dev):
