@@ -80,7 +80,7 @@ def add_retriever_options(group) -> None:
     group.add_argument("--nprobe", type=int, help="IVF lists searched per query (default 2 x sqrt(nlist))")
     group.add_argument("--ef-search", type=int, help="HNSW search breadth efSearch (default 128)")
     group.add_argument("--dense-refine", type=float, metavar="K_FACTOR", help="re-rank a factory index's top K_FACTOR x k "
-                       "by exact inner products read from the memory-mapped corpus embeddings (only the compressed index stays in memory)")
+                       "by exact inner products read from the memory-mapped corpus embeddings (through the page cache; no second copy in memory)")
     group.add_argument("--dense-index-dir", help="prebuilt FAISS index to search instead of encoding the corpus: a directory "
                        "in Pyserini's layout (index + docid) or a Pyserini prebuilt dense index name")
     group.add_argument("--query-prompt", help="dense query prompt: a prompt name of the model or a literal prefix; '' for none"

@@ -311,32 +311,30 @@ def prepare_reader(reader, engine):
 def embedding_shard_counts(retriever) -> dict:
     """Corpus-embedding shards computed and reused, summed over the dense retrievers of a run."""
     total: dict[str, int] = {}
+    for r in _with_members(retriever):
+        for k, v in (getattr(r, "encode_stats_", None) or {}).items():
+            total[k] = total.get(k, 0) + int(v)
+    return total
+
+
+def _with_members(retriever):
+    """``retriever`` and the members of fused ones, breadth first."""
     stack = [retriever]
     while stack:
-        r = stack.pop()
-        stats = getattr(r, "encode_stats_", None)
-        if stats:
-            for k, v in stats.items():
-                total[k] = total.get(k, 0) + int(v)
+        r = stack.pop(0)
+        yield r
         stack.extend(getattr(r, "members", None) or [])
-    return total
 
 
 def index_infos(retriever) -> list[dict]:
     """The index facts of every BM25 (``describe()``) and dense (``index_info_``) retriever of a run, members included."""
     import json
 
-    out, stack = [], [retriever]
-    while stack:
-        r = stack.pop(0)
-        facts = None
-        if getattr(r, "index_info_", None):
-            facts = {"retriever": getattr(r, "name", type(r).__name__), **r.index_info_}
-        elif callable(getattr(r, "describe", None)) and getattr(r, "_path", None):
-            facts = {"retriever": getattr(r, "name", type(r).__name__), **r.describe()}
-        if facts is not None:
-            out.append(json.loads(json.dumps(facts, default=str)))  # paths and numpy numbers as plain JSON
-        stack.extend(getattr(r, "members", None) or [])
+    out = []
+    for r in _with_members(retriever):
+        facts = getattr(r, "index_info_", None) or (r.describe() if callable(getattr(r, "describe", None)) else None)
+        if facts:
+            out.append(json.loads(json.dumps({"retriever": getattr(r, "name", type(r).__name__), **facts}, default=str)))
     return out
 
 

@@ -256,8 +256,8 @@ class DenseRetriever:
         else:
             train = None if self.train_sample in (None, "") else int(self.train_sample)
             index, built = cached_index(factory, shards, self.embeddings_key_, train, int(self.seed))
-            self._searcher = IndexSearcher(index, nprobe, ef_search, device, refine=shards if refine else None,
-                                           k_factor=refine or 1.0)
+            self._searcher = IndexSearcher(index, nprobe, ef_search, device, refine=None if refine is None else shards,
+                                           k_factor=1.0 if refine is None else refine)
             self.index_info_ = {**built, **self._searcher.info()}
         return self
 

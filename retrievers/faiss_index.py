@@ -108,13 +108,18 @@ class EmbeddingShards:
         if rows.size and (rows.min() < 0 or rows.max() >= len(self)):
             raise IndexError(f"rows outside [0, {len(self)})")
         out = np.empty((len(rows), self.dim), dtype=np.float32)
-        order = np.argsort(rows, kind="stable")  # read each part once, in file order
+        for positions, vectors in self.reads(rows):
+            out[positions] = vectors
+        return out
+
+    def reads(self, rows: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(positions in rows, their embeddings)`` part by part, each part read once in row order (rows in range)."""
+        order = np.argsort(rows, kind="stable")
         ordered = rows[order]
         bounds = np.searchsorted(ordered, self.offsets)
         for i in np.nonzero(bounds[1:] > bounds[:-1])[0]:
-            sel = order[bounds[i] : bounds[i + 1]]
-            out[sel] = self.parts[i][ordered[bounds[i] : bounds[i + 1]] - self.offsets[i]]
-        return out
+            a, b = bounds[i], bounds[i + 1]
+            yield order[a:b], self.parts[i][ordered[a:b] - self.offsets[i]]
 
     def to_array(self) -> np.ndarray:
         """All rows as one in-memory array (for callers that want one; costs N x D x 4 bytes)."""
@@ -228,15 +233,10 @@ def refine_search(shards: EmbeddingShards, queries: np.ndarray, candidates: np.n
         rows = np.where(valid, cand, 0).ravel()
         # score (query, candidate) pairs in corpus-row order: each shard is read once, in file order, straight
         # into the dot products (no gathered [B, C, D] copy)
-        order = np.argsort(rows, kind="stable")
-        ordered = rows[order]
-        query_of = order // width
-        bounds = np.searchsorted(ordered, shards.offsets)
         block = queries[lo:hi]
         pair_scores = np.empty(len(rows), dtype=np.float32)
-        for i in np.nonzero(bounds[1:] > bounds[:-1])[0]:
-            a, b = bounds[i], bounds[i + 1]
-            pair_scores[order[a:b]] = np.einsum("jd,jd->j", shards.parts[i][ordered[a:b] - shards.offsets[i]], block[query_of[a:b]])
+        for positions, vectors in shards.reads(rows):
+            pair_scores[positions] = np.einsum("jd,jd->j", vectors, block[positions // width])
         s = np.where(valid, pair_scores.reshape(hi - lo, width), -np.inf).astype(np.float32)
         top = np.lexsort((np.where(valid, cand, big), -s.astype(np.float64)), axis=1)[:, :k_out]
         got = top.shape[1]
@@ -689,7 +689,7 @@ class IndexSearcher:
         q = np.ascontiguousarray(queries, dtype=np.float32)
         if self.refine is not None:
             width = max(1, min(math.ceil(int(k) * self.k_factor), self.searchable))
-            d, i = self._search(q, width)
+            _, i = self._search(q, width)
             return _pad(*refine_search(self.refine, q, i, min(int(k), width)), int(k))
         return self._search(q, k)
 

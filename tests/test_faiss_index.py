@@ -241,6 +241,8 @@ def test_refine_needs_a_factory_index(slice_):
     corpus, _, _ = slice_
     with pytest.raises(UserError, match="flat is exact"):
         dense(refine=2).index(corpus)
+    with pytest.raises(UserError, match="factor must be >= 1"):
+        dense(index_type="IVF16,Flat", refine=0).index(corpus)
     with pytest.raises(UserError, match="prebuilt"):
         dense(index_type="IVF16,Flat", refine=2, index_dir="/nonexistent").index(corpus)
 
