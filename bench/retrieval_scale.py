@@ -23,7 +23,11 @@ own subprocess, and its peak RSS is that process's ``ru_maxrss``:
 * search: ``BM25Retriever.search`` against bare Pyserini
   ``LuceneSearcher.batch_search`` (the call alone is timed) on the same index,
   2,000 SQuAD dev questions, k = 100 and 1000, after a warm-up of 200 queries on
-  each side; then whether the rankings are identical (ids, scores, order).
+  each side, timed over ``--passes`` passes of all the questions (Python's
+  garbage collected between them): pass 1 includes the JIT compiling
+  each side's search path (on 2 cores it competes with the 2 search threads),
+  later passes show the steady state a long run has; then whether the rankings
+  are identical (ids, scores, order).
   Bare Pyserini means importing ``pyserini.search.lucene``, which loads torch,
   FAISS and transformers (about 0.5 GB); ours drives Anserini's SimpleSearcher
   without that import (the table says which side had torch loaded).
@@ -201,16 +205,21 @@ def child(args) -> dict:
         r = BM25Retriever(threads=threads, index_dir=args.index_root).index(store_corpus(root, Path(args.store_cache))[0])
         assert r._batch is not None, "the batch helper is not available (no javac?)"
         r.search(qs[:200], k)
-        t0 = time.perf_counter()
-        ranking = r.search(qs, k)
-        seconds = time.perf_counter() - t0
+        seconds, rss = [], []  # rss: peak after each pass
+        for _ in range(args.passes):  # pass 1 pays for the JIT compiling the search path; later passes do not
+            ranking = None
+            collect_garbage()
+            t0 = time.perf_counter()
+            ranking = r.search(qs, k)
+            seconds.append(time.perf_counter() - t0)
+            rss.append(rss_mb())
         np.save(args.out + ".ids.npy", ranking.ids)
         np.save(args.out + ".scores.npy", ranking.scores)
         from retrievers.java import jvm_info
 
         facts = r.describe()
-        return {"seconds": seconds, "rss_mb": rss_mb(), "heap": jvm_info()["heap_max"], "torch": "torch" in sys.modules,
-                "tie_fallbacks": facts.get("tie_fallbacks"), "id_order_seconds": facts.get("id_order_seconds")}
+        return {"seconds": seconds, "rss_mb": rss, "heap": jvm_info()["heap_max"], "torch": "torch" in sys.modules,
+                "id_order_seconds": facts.get("id_order_seconds")}
     if role == "bare-search":
         os.environ["QA_JAVA_XMX"] = args.bare_heap
         from retrievers.java import import_pyserini_lucene
@@ -219,9 +228,14 @@ def child(args) -> dict:
         searcher.set_bm25(0.9, 0.4)
         searcher.batch_search(qs[:200], [str(i) for i in range(200)], k=k, threads=threads)
         qids = [str(i) for i in range(len(qs))]
-        t0 = time.perf_counter()
-        hits = searcher.batch_search(qs, qids, k=k, threads=threads)
-        seconds = time.perf_counter() - t0
+        seconds, rss = [], []  # rss: peak after each pass
+        for _ in range(args.passes):
+            hits = None  # the previous pass's hits are freed first (Python's proxies, then the JVM's objects)
+            collect_garbage()
+            t0 = time.perf_counter()
+            hits = searcher.batch_search(qs, qids, k=k, threads=threads)
+            seconds.append(time.perf_counter() - t0)
+            rss.append(rss_mb())
         ids = np.full((len(qs), k), -1, np.int64)
         scores = np.full((len(qs), k), -np.inf, np.float32)
         for q in qids:
@@ -229,11 +243,22 @@ def child(args) -> dict:
             if len(hs):
                 ids[int(q), : len(hs)] = [int(h.docid) for h in hs]
                 scores[int(q), : len(hs)] = [h.score for h in hs]
-        rss = rss_mb()
+        rss[-1] = rss_mb()  # the last pass's peak includes turning its hits into arrays
         np.save(args.out + ".ids.npy", ids)
         np.save(args.out + ".scores.npy", scores)
         return {"seconds": seconds, "rss_mb": rss, "heap": args.bare_heap, "torch": "torch" in sys.modules}
     raise SystemExit(f"unknown child role {role}")
+
+
+def collect_garbage() -> None:
+    """Python's garbage, so that a pass does not hold the previous pass's objects.
+
+    The JVM's is left to the JVM: a forced ``System.gc()`` between passes raised our side's peak RSS by a
+    further 130 MB (10k passages, k = 100) while the JVM sized its heap anew.
+    """
+    import gc
+
+    gc.collect()
 
 
 def run_child(role: str, **kw) -> dict:
@@ -263,6 +288,11 @@ def main() -> int:
     p.add_argument("--skip-index", action="store_true", help="reuse indexes built by an earlier run (search only)")
     p.add_argument("--repeat", type=int, default=1,
                    help="alternating ours/bare search runs per size and k; q/s are their medians (this VM varies +-15%%)")
+    p.add_argument("--index-repeat", type=int, default=1,
+                   help="alternating index builds per side and size; docs/s from the median seconds")
+    p.add_argument("--passes", type=int, default=2,
+                   help="timed passes over the queries in each search run (after a 200-query warm-up): pass 1 includes "
+                        "the JIT compiling each side's search path, later passes are the steady state")
     # child-process arguments
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--passages", help=argparse.SUPPRESS)
@@ -306,33 +336,47 @@ def main() -> int:
         if not args.skip_index:
             # ours twice: from the JSONL (store build + index, a first run) and from the built store (any later
             # index of the corpus: the store is built once and shared with dense retrieval and the reader)
-            c = run_child("ours-index", passages=root, index_root=ours_root, threads=args.threads, store_cache=store_cache,
-                          cold=True)
-            o = run_child("ours-index", passages=root, index_root=ours_root, threads=args.threads, store_cache=store_cache)
-            t = run_child("pyserini-index", passages=root, index_root=theirs, threads=args.threads, flags="same")
-            d = run_child("pyserini-index", passages=root, index_root=theirs, threads=args.threads, flags="documented")
+            runs: dict[str, list[dict]] = {"c": [], "o": [], "t": [], "d": []}
+            for _ in range(args.index_repeat):  # alternating, medians of the seconds (single builds vary +-15%)
+                runs["c"].append(run_child("ours-index", passages=root, index_root=ours_root, threads=args.threads,
+                                           store_cache=store_cache, cold=True))
+                runs["o"].append(run_child("ours-index", passages=root, index_root=ours_root, threads=args.threads,
+                                           store_cache=store_cache))
+                runs["t"].append(run_child("pyserini-index", passages=root, index_root=theirs, threads=args.threads,
+                                           flags="same"))
+                runs["d"].append(run_child("pyserini-index", passages=root, index_root=theirs, threads=args.threads,
+                                           flags="documented"))
+            c, o, t, d = ({"seconds": float(np.median([r["seconds"] for r in rs])),
+                           **{key: max(r[key] for r in rs) for key in ("rss_mb", "jvm_rss_mb") if key in rs[0]},
+                           **{key: rs[-1][key] for key in ("store_s", "texts_from") if key in rs[0]}}
+                          for rs in (runs["c"], runs["o"], runs["t"], runs["d"]))
+            c["store_s"] = float(np.median([r["store_s"] for r in runs["c"]]))
             row.update(ours_cold_index=n / c["seconds"], ours_store_s=c["store_s"], texts_from=o["texts_from"],
                        ours_index=n / o["seconds"], ours_index_rss=max(c["rss_mb"], o["rss_mb"]),
                        ours_index_jvm_rss=max(c["jvm_rss_mb"], o["jvm_rss_mb"]),
                        pyserini_index=n / t["seconds"], pyserini_index_rss=t["rss_mb"],
-                       pyserini_documented_index=n / d["seconds"], pyserini_documented_index_rss=d["rss_mb"])
+                       pyserini_documented_index=n / d["seconds"], pyserini_documented_index_rss=d["rss_mb"],
+                       index_runs=args.index_repeat)
         index_path = next(Path(ours_root).glob("*/_COMPLETE")).parent
         for k in ks:
             out_o, out_b = str(cache / f"ours-{n}-k{k}"), str(cache / f"bare-{n}-k{k}")
-            ours_s, bare_s = [], []
+            ours_s, bare_s = [], []  # [run][pass] seconds
             for _ in range(args.repeat):  # alternating, so drift of the machine hits both sides alike
                 o = run_child("ours-search", passages=root, index_root=ours_root, threads=args.threads, queries=args.queries, k=k,
-                              out=out_o, store_cache=store_cache)
+                              out=out_o, store_cache=store_cache, passes=args.passes)
                 b = run_child("bare-search", passages=root, index_path=index_path, threads=args.threads, queries=args.queries,
-                              k=k, out=out_b, bare_heap=args.bare_heap)
+                              k=k, out=out_b, bare_heap=args.bare_heap, passes=args.passes)
                 ours_s.append(o["seconds"])
                 bare_s.append(b["seconds"])
-            ratios = sorted(b_ / o_ for o_, b_ in zip(ours_s, bare_s))
-            row[f"k{k}"] = {"ours": args.queries / float(np.median(ours_s)), "bare": args.queries / float(np.median(bare_s)),
-                            "runs": args.repeat, "ratio_range": (ratios[0], ratios[-1]), "ours_rss": o["rss_mb"],
-                            "bare_rss": b["rss_mb"], "identical": identical(out_o, out_b), "heaps": (o["heap"], b["heap"]),
+            per_pass = []
+            for i in range(args.passes):
+                ours_i, bare_i = [r[i] for r in ours_s], [r[i] for r in bare_s]
+                ratios = sorted(b_ / o_ for o_, b_ in zip(ours_i, bare_i))
+                per_pass.append({"ours": args.queries / float(np.median(ours_i)), "bare": args.queries / float(np.median(bare_i)),
+                                 "ratio_range": (ratios[0], ratios[-1]), "ours_rss": o["rss_mb"][i], "bare_rss": b["rss_mb"][i]})
+            row[f"k{k}"] = {"passes": per_pass, "runs": args.repeat, "identical": identical(out_o, out_b), "heaps": (o["heap"], b["heap"]),
                             "torch": (o["torch"], b["torch"]),
-                            "deeper": o.get("tie_fallbacks"), "id_order_s": o.get("id_order_seconds")}
+                            "id_order_s": o.get("id_order_seconds")}
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
 
@@ -342,7 +386,8 @@ def main() -> int:
         print(f"\nindex options: ours {' '.join(index_args()) or '(none)'}; Pyserini same = ours; "
               f"Pyserini documented = {' '.join(PYSERINI_FLAGS['documented'])}")
         print("ours from JSONL = the corpus store built from the JSONL (as `open:pyserini@DIR` reads it) + the index; "
-              "ours from store = the index of the built store (texts read from its Arrow file); ratios to Pyserini same")
+              "ours from store = the index of the built store (texts read from its Arrow file); ratios to Pyserini same; "
+              f"docs/s from the median of {args.index_repeat} alternating build(s) per side")
         print(f"\n{'passages':>10} | {'ours from JSONL':>15} | {'ratio':>5} | {'store s':>7} | {'ours from store':>15} | {'ratio':>5} | "
               f"{'Pyserini same':>13} | {'Pyserini documented':>19} | {'JSONL / doc.':>12} | "
               f"{'ours RSS (py + indexer JVM)':>27} | {'Pyserini RSS (same, doc.)':>25}")
@@ -353,18 +398,22 @@ def main() -> int:
                   f"{r['pyserini_documented_index']:>19,.0f} | {r['ours_cold_index'] / r['pyserini_documented_index']:>12.2f} | "
                   f"{r['ours_index_rss']:>10,.0f} + {r['ours_index_jvm_rss']:>6,.0f} MB{'':>6} | "
                   f"{r['pyserini_index_rss']:>9,.0f}, {r['pyserini_documented_index_rss']:>6,.0f} MB{'':>5}")
-    if args.repeat > 1 and ks:
-        print(f"\nsearch q/s: medians of {args.repeat} alternating runs per side; speed-up range = lowest and highest "
-              "ratio of a run pair")
     if ks:
-        print(f"\n{'passages':>10} | {'k':>5} | {'ours q/s':>9} | {'bare q/s':>9} | {'speed-up':>8} | {'range':>11} | {'ours RSS':>9} | {'bare RSS':>9} | {'RSS ratio':>9} | identical | ties searched deeper | id order s | heaps (ours, bare) | torch imported (ours, bare)")
+        print(f"\nsearch q/s: {args.repeat} alternating run(s) per side (medians), {args.passes} timed pass(es) over the "
+              "queries in each after a 200-query warm-up; pass 1 includes the JIT compiling each side's search path, "
+              "later passes are the steady state; range = lowest and highest ratio of a run pair; RSS = the last run's "
+              "peak up to the end of that pass")
+        print(f"\n{'passages':>10} | {'k':>5} | {'pass':>4} | {'ours q/s':>9} | {'bare q/s':>9} | {'speed-up':>8} | {'range':>11} | "
+              f"{'ours RSS':>9} | {'bare RSS':>9} | {'RSS ratio':>9} | identical | id order s | heaps (ours, bare) | "
+              "torch imported (ours, bare)")
     for r in rows:
         for k in ks:
             s = r[f"k{k}"]
-            print(f"{r['n']:>10,} | {k:>5} | {s['ours']:>9,.1f} | {s['bare']:>9,.1f} | {s['ours'] / s['bare']:>7.2f}x | "
-                  f"{s['ratio_range'][0]:>5.2f}-{s['ratio_range'][1]:<5.2f} | {s['ours_rss']:>6,.0f} MB | "
-                  f"{s['bare_rss']:>6,.0f} MB | {s['ours_rss'] / s['bare_rss']:>9.2f} | {'yes' if s['identical'] else 'NO':>9} | "
-                  f"{s.get('deeper')!s:>20} | {s.get('id_order_s')!s:>10} | {s['heaps']} | {s['torch']}")
+            for i, ps in enumerate(s["passes"], 1):
+                print(f"{r['n']:>10,} | {k:>5} | {i:>4} | {ps['ours']:>9,.1f} | {ps['bare']:>9,.1f} | {ps['ours'] / ps['bare']:>7.2f}x | "
+                      f"{ps['ratio_range'][0]:>5.2f}-{ps['ratio_range'][1]:<5.2f} | {ps['ours_rss']:>6,.0f} MB | "
+                      f"{ps['bare_rss']:>6,.0f} MB | {ps['ours_rss'] / ps['bare_rss']:>9.2f} | {'yes' if s['identical'] else 'NO':>9} | "
+                      f"{s.get('id_order_s')!s:>10} | {s['heaps']} | {s['torch']}")
     if guard is not None:
         return _machine.finish(guard, allow_busy=args.allow_busy)
     print(f"load average after: {os.getloadavg()}")

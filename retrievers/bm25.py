@@ -296,7 +296,6 @@ class BM25Retriever:
         facts = {"index": str(getattr(self, "_path", "")), "search": "batch-helper" if batch else "pyserini-batch_search",
                  "jvm": jvm_info()}
         if batch is not None:
-            facts["tie_fallbacks"] = batch.tie_fallbacks
             facts["id_order_seconds"] = round(batch.id_order_seconds, 3)
         done = Path(facts["index"]) / "_COMPLETE" if facts["index"] else None
         if done is not None and done.is_file():  # how our index was built (when, by this or an earlier run)

@@ -494,11 +494,6 @@ class BatchSearcher:
         return rows, scores
 
     @property
-    def tie_fallbacks(self) -> int:
-        """Queries so far whose tie at the k-th score ran past the margin (searched again, deeper)."""
-        return int(self._java.fallbacks())
-
-    @property
     def id_order_seconds(self) -> float:
         """Time spent once sorting the index's ids (the order score ties are broken in)."""
         return float(self._java.idOrderSeconds())

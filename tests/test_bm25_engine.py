@@ -95,15 +95,13 @@ def test_rankings_identical_on_a_passage_corpus(passages):
     np.testing.assert_array_equal(a.scores, b.scores)
 
 
-def test_tie_runs_within_and_past_the_margin(reqa_dev):
-    """Equal-score runs at the k-th hit: re-sorted by id inside the margin, searched deeper past it.
+def test_tie_runs_at_the_cut(reqa_dev):
+    """Equal-score runs at the k-th hit are cut by id (string order), as Lucene's (score, id) sort cuts them.
 
-    The batch helper collects the top k + margin by score alone and sorts only
-    the tied runs by id; a run still tied at the margin's end sends that query
-    back to Lucene with four times the depth, until the run ends.  Copies of sentences make both:
-    12 copies (inside k=100's margin of 16) and 300 copies (past it) of two
-    sentences among 2,000 others, ids spanning 1 to 4 digits so that id order
-    ("1000" < "999") differs from Lucene's doc order.
+    The batch helper's collector keeps the top k by score, a tie broken by the ids' precomputed order, and
+    lets Lucene skip only docs scoring below the k-th score.  Copies of sentences make runs of equal scores:
+    12 copies (all inside k = 100, cut at k = 5) and 300 copies (cut at k = 100) of two sentences among 2,000
+    others, ids spanning 1 to 4 digits so that id order ("1000" < "999") differs from Lucene's doc order.
     """
     from data.types import Corpus
     from retrievers.bm25 import BM25Retriever
@@ -117,17 +115,13 @@ def test_tie_runs_within_and_past_the_margin(reqa_dev):
                     paragraph_ids=np.arange(len(texts), dtype=np.int64))
     r = BM25Retriever(threads=2).index(corpus)
     assert r._batch is not None
-    before = r.describe()["tie_fallbacks"]
-    # k = 5: the 12 copies tie at ranks 1-12, so which 5 come back is decided by id alone, within the margin
-    ranking = r.search([few], 5)
-    assert_identical(ranking, bare_batch_search(r, [few], 5), 5)
-    assert r.describe()["tie_fallbacks"] == before, "a 12-copy run fits in k=5's margin of 16"
-    copies = sorted(corpus.ids[i] for i in range(len(texts)) if texts[i] == few)
-    assert [corpus.ids[i] for i in ranking.ids[0]] == copies[:5], "the first 5 copies in id (string) order"
-    assert copies[:5] != sorted(copies, key=int)[:5], "string order should differ from numeric order here"
-    # k = 100: 300 copies tie past k + margin (116), so the query is searched again at depth 464
-    assert_identical(r.search([many], 100), bare_batch_search(r, [many], 100), 100)
-    assert r.describe()["tie_fallbacks"] == before + 1, "a 300-copy run crosses the margin"
+    for query, copy_of, k in ((few, few, 5), (few, few, 100), (many, many, 100), (many, many, 1000)):
+        ranking = r.search([query], k)
+        assert_identical(ranking, bare_batch_search(r, [query], k), k)
+        copies = sorted(corpus.ids[i] for i in range(len(texts)) if texts[i] == copy_of)
+        got = [corpus.ids[i] for i in ranking.ids[0][: min(k, len(copies))]]
+        assert got == copies[:k], f"k={k}: the first copies in id (string) order"
+    assert copies[:100] != sorted(copies, key=int)[:100], "string order should differ from numeric order here"
     queries = reqa_dev.queries.texts[:100]
     assert_identical(r.search(queries, 100), bare_batch_search(r, queries, 100), 100)
 

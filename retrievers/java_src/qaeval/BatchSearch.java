@@ -5,7 +5,7 @@
  * (io.anserini.search.SimpleSearcher#_search): the query built by the caller's
  * Anserini QueryGenerator from the caller's Analyzer on the "contents" field,
  * IndexSearcher.search(query, k, Sort(score, id STRING_VAL), doDocScores=true) -- computed the cheaper
- * way described at topByScoreThenId, with the same result --
+ * way described at TopByScoreThenRank, with the same result --
  * (plain search(query, k) for Lucene 8 indexes, like Anserini), then Anserini's
  * own ScoreTiesAdjusterReranker (called by reflection) on the scores.  What it
  * leaves out is what costs at depth: loading the stored document of every hit
@@ -46,16 +46,20 @@ import org.apache.lucene.index.DirectoryReader;
 import org.apache.lucene.index.LeafReader;
 import org.apache.lucene.index.LeafReaderContext;
 import org.apache.lucene.index.StoredFields;
+import org.apache.lucene.search.Collector;
 import org.apache.lucene.search.IndexSearcher;
+import org.apache.lucene.search.LeafCollector;
 import org.apache.lucene.search.Query;
+import org.apache.lucene.search.Scorable;
 import org.apache.lucene.search.ScoreDoc;
+import org.apache.lucene.search.ScoreMode;
 import org.apache.lucene.search.similarities.Similarity;
 import org.apache.lucene.store.FSDirectory;
 import org.apache.lucene.util.BytesRef;
 import org.apache.lucene.util.IntroSorter;
 
 public final class BatchSearch implements Closeable {
-  public static final int VERSION = 3;
+  public static final int VERSION = 4;
   private static final String ID = "id";          // io.anserini.index.Constants.ID
   private static final String CONTENTS = "contents"; // io.anserini.index.Constants.CONTENTS
 
@@ -171,7 +175,7 @@ public final class BatchSearch implements Closeable {
   private volatile int[] idRanks = null;
   private volatile double idOrderSeconds = 0;
 
-  /** How long computing the ids' order took (0 until a tie needed it). */
+  /** How long computing the ids' order took (once per index, at the first search; 0 before). */
   public double idOrderSeconds() { return idOrderSeconds; }
 
   /**
@@ -252,55 +256,123 @@ public final class BatchSearch implements Closeable {
     if (adjusted != scores) System.arraycopy(adjusted, 0, scores, 0, scores.length);
   }
 
-  /** How many hits past k the score-only search collects, so that ties at the k-th score can be re-sorted by id. */
-  static int margin(int k) { return Math.max(16, k / 8); }
-
-  private final AtomicInteger fallbacks = new AtomicInteger();
-
-  /** Queries whose tie at the k-th score ran past the margin, so they were searched again deeper. */
-  public int fallbacks() { return fallbacks.get(); }
-
   /**
-   * The top k by (score desc, "id" asc), identical to search(query, k, Sort(score, id STRING_VAL), true).
+   * The top k by (score desc, "id" asc, Lucene doc asc): what search(query, k, Sort(score, id STRING_VAL), true)
+   * returns, in one pass with Lucene's dynamic pruning (MaxScore / WAND / block-max) at the final threshold.
    *
-   * That sort's collector copies every competitive hit's id doc value and compares ids whenever scores tie;
-   * here Lucene's score-only collector (ties by Lucene doc id, with its usual dynamic pruning) gathers the
-   * top k + margin, and only the runs of equal scores reaching into the first k are re-sorted, by the ids'
-   * precomputed order (idRanks).  If the last hit collected still ties the k-th, docs tied with the k-th may lie
-   * further down, so the query is searched again with four times the depth until the run ends (or every hit is
-   * collected).  Then every doc scoring >= the k-th score has been collected, and the first k of them by (score
-   * desc, id asc, doc asc) are the field sort's first k.
+   * That sort's TopFieldCollector copies each competitive hit's id doc value into its queue and compares the
+   * bytes whenever scores tie; this collector keeps (score, doc) in primitive arrays and breaks a tie by the ids'
+   * precomputed order (idRanks: one int compare).  Once k hits are held it tells the scorer the k-th score
+   * itself (not the next float up, as Lucene's score-only collector does: a later doc with an equal score may
+   * still win on id), so only docs scoring below it are skipped -- exactly the docs the field sort cannot keep.
    */
-  private ScoreDoc[] topByScoreThenId(Query query, int k) throws IOException {
-    int m = k + margin(k);
-    ScoreDoc[] sds = searcher.search(query, m).scoreDocs;  // score desc, Lucene doc asc
-    boolean widened = false;
-    while (sds.length == m && m < reader.maxDoc() && sds[m - 1].score >= sds[k - 1].score) {
-      widened = true;
-      m = (int) Math.min(reader.maxDoc(), 4L * m);
-      sds = searcher.search(query, m).scoreDocs;
-    }
-    if (widened) fallbacks.incrementAndGet();
-    int n = sds.length;
-    int cut = Math.min(n, k);
-    // runs of equal scores that reach into the first k get sorted by id (a run is contiguous: sorted by score)
-    for (int i = 0; i < cut; ) {
-      int j = i + 1;
-      while (j < n && sds[j].score == sds[i].score) j++;
-      if (j - i > 1) sortById(sds, i, j);
-      i = j;
-    }
-    return n == cut ? sds : java.util.Arrays.copyOf(sds, cut);
-  }
+  static final class TopByScoreThenRank implements Collector {
+    private final int k;
+    private final int[] ranks;
+    // a binary min-heap of the hits held, worst at 0: lower score, or equal score and later in id order
+    private final float[] scores;
+    private final int[] docs;
+    private int size = 0;
 
-  /** Sorts sds[from, to) (equal scores) by the "id" doc value, bytes unsigned, then Lucene doc (see idRanks). */
-  private void sortById(ScoreDoc[] sds, int from, int to) throws IOException {
-    final int[] ranks = idRanks();
-    long[] keys = new long[to - from];
-    for (int i = from; i < to; i++) keys[i - from] = ((long) ranks[sds[i].doc] << 32) | (i - from);
-    java.util.Arrays.sort(keys);
-    ScoreDoc[] run = java.util.Arrays.copyOfRange(sds, from, to);
-    for (int i = 0; i < keys.length; i++) sds[from + i] = run[(int) keys[i]];
+    TopByScoreThenRank(int k, int[] ranks) {
+      this.k = k;
+      this.ranks = ranks;
+      this.scores = new float[k];
+      this.docs = new int[k];
+    }
+
+    /** Whether hit (sa, da) ranks below hit (sb, db). */
+    private boolean worse(float sa, int da, float sb, int db) {
+      return sa < sb || (sa == sb && ranks[da] > ranks[db]);  // ranks are distinct: equal ids by Lucene doc
+    }
+
+    private void siftUp(int i) {
+      float s = scores[i];
+      int d = docs[i];
+      while (i > 0) {
+        int parent = (i - 1) >>> 1;
+        if (!worse(s, d, scores[parent], docs[parent])) break;
+        scores[i] = scores[parent];
+        docs[i] = docs[parent];
+        i = parent;
+      }
+      scores[i] = s;
+      docs[i] = d;
+    }
+
+    private void siftDown(int i) {
+      float s = scores[i];
+      int d = docs[i];
+      while (true) {
+        int c = 2 * i + 1;
+        if (c >= size) break;
+        if (c + 1 < size && worse(scores[c + 1], docs[c + 1], scores[c], docs[c])) c++;
+        if (!worse(scores[c], docs[c], s, d)) break;
+        scores[i] = scores[c];
+        docs[i] = docs[c];
+        i = c;
+      }
+      scores[i] = s;
+      docs[i] = d;
+    }
+
+    @Override
+    public ScoreMode scoreMode() { return ScoreMode.TOP_SCORES; }
+
+    @Override
+    public LeafCollector getLeafCollector(LeafReaderContext context) {
+      final int docBase = context.docBase;
+      return new LeafCollector() {
+        private Scorable scorer;
+        private float minSet = Float.NEGATIVE_INFINITY;
+
+        private void raise() throws IOException {
+          if (size == k && scores[0] > minSet) {
+            minSet = scores[0];
+            scorer.setMinCompetitiveScore(minSet);
+          }
+        }
+
+        @Override
+        public void setScorer(Scorable s) throws IOException {
+          scorer = s;
+          raise();
+        }
+
+        @Override
+        public void collect(int doc) throws IOException {
+          float score = scorer.score();
+          int d = docBase + doc;
+          if (size < k) {
+            scores[size] = score;
+            docs[size] = d;
+            siftUp(size++);
+            raise();
+          } else if (worse(scores[0], docs[0], score, d)) {
+            scores[0] = score;
+            docs[0] = d;
+            siftDown(0);
+            raise();
+          }
+        }
+      };
+    }
+
+    /** The hits held, best first: fills docsOut/scoresOut (length >= size) and returns how many. */
+    int drain(int[] docsOut, float[] scoresOut) {
+      int n = size;
+      while (size > 0) {  // pop the worst into the last free slot
+        docsOut[size - 1] = docs[0];
+        scoresOut[size - 1] = scores[0];
+        size--;
+        if (size > 0) {
+          scores[0] = scores[size];
+          docs[0] = docs[size];
+          siftDown(0);
+        }
+      }
+      return n;
+    }
   }
 
   /**
@@ -326,11 +398,23 @@ public final class BatchSearch implements Closeable {
         futures.add(pool.submit(() -> {
           for (int i = next.getAndIncrement(); i < nq; i = next.getAndIncrement()) {
             Query query = build(queries[i]);
-            ScoreDoc[] sds = tieBreakById ? topByScoreThenId(query, k) : searcher.search(query, k).scoreDocs;
-            int n = sds.length;
-            int[] docs = new int[n];
-            float[] scores = new float[n];
-            for (int j = 0; j < n; j++) { docs[j] = sds[j].doc; scores[j] = sds[j].score; }
+            int[] docs;
+            float[] scores;
+            if (tieBreakById) {
+              TopByScoreThenRank top = new TopByScoreThenRank(Math.min(k, Math.max(1, reader.maxDoc())), idRanks());
+              searcher.search(query, top);
+              int[] d = new int[k];
+              float[] s = new float[k];
+              int n = top.drain(d, s);
+              docs = n == k ? d : java.util.Arrays.copyOf(d, n);
+              scores = n == k ? s : java.util.Arrays.copyOf(s, n);
+            } else {
+              ScoreDoc[] sds = searcher.search(query, k).scoreDocs;
+              docs = new int[sds.length];
+              scores = new float[sds.length];
+              for (int j = 0; j < sds.length; j++) { docs[j] = sds[j].doc; scores[j] = sds[j].score; }
+            }
+            int n = docs.length;
             adjustTies(docs, scores);
             int base = i * k;
             int w = 0;  // hits on docs outside the corpus (row -1) are dropped
