@@ -47,6 +47,19 @@ COLUMNS = ("id", "title", "text")
 VIRTUAL = ("contents",)
 
 
+
+def _fsync(path: Path) -> None:
+    """fsync a file or a directory (best effort for directories: not every file system allows it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not path.is_dir():
+            raise
+    finally:
+        os.close(fd)
+
+
 def _schema():
     import pyarrow as pa
 
@@ -444,7 +457,12 @@ def build_store(
             manifest = {"version": STORE_VERSION, "key": key, "rows": n, "build_s": round(seconds, 3),
                         "passages_per_s": round(n / max(seconds, 1e-9), 1), **(meta or {})}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            # on disk before the rename publishes them: a crash never leaves a published store with a short file,
+            # and the next stage (an index build reading the file) does not share the machine with its writeback
+            for name in (FILE_NAME, MANIFEST):
+                _fsync(tmp / name)
             os.replace(tmp, directory)
+            _fsync(directory.parent)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
