@@ -230,7 +230,7 @@ def child(args) -> dict:
         qids = [str(i) for i in range(len(qs))]
         seconds, rss = [], []  # rss: peak after each pass
         for _ in range(args.passes):
-            hits = None  # the previous pass's hits are freed first (Python's proxies, then the JVM's objects)
+            hits = None  # the previous pass's hits are freed first
             collect_garbage()
             t0 = time.perf_counter()
             hits = searcher.batch_search(qs, qids, k=k, threads=threads)
@@ -259,6 +259,18 @@ def collect_garbage() -> None:
     import gc
 
     gc.collect()
+
+
+def median_build(runs: list[dict]) -> dict:
+    """One index side's alternating builds: median seconds (and store seconds), the highest peak RSS."""
+    out = dict(runs[-1])
+    for key in ("seconds", "store_s"):
+        if key in out:
+            out[key] = float(np.median([r[key] for r in runs]))
+    for key in ("rss_mb", "jvm_rss_mb"):
+        if key in out:
+            out[key] = max(r[key] for r in runs)
+    return out
 
 
 def run_child(role: str, **kw) -> dict:
@@ -346,11 +358,7 @@ def main() -> int:
                                            flags="same"))
                 runs["d"].append(run_child("pyserini-index", passages=root, index_root=theirs, threads=args.threads,
                                            flags="documented"))
-            c, o, t, d = ({"seconds": float(np.median([r["seconds"] for r in rs])),
-                           **{key: max(r[key] for r in rs) for key in ("rss_mb", "jvm_rss_mb") if key in rs[0]},
-                           **{key: rs[-1][key] for key in ("store_s", "texts_from") if key in rs[0]}}
-                          for rs in (runs["c"], runs["o"], runs["t"], runs["d"]))
-            c["store_s"] = float(np.median([r["store_s"] for r in runs["c"]]))
+            c, o, t, d = (median_build(runs[side]) for side in "cotd")
             row.update(ours_cold_index=n / c["seconds"], ours_store_s=c["store_s"], texts_from=o["texts_from"],
                        ours_index=n / o["seconds"], ours_index_rss=max(c["rss_mb"], o["rss_mb"]),
                        ours_index_jvm_rss=max(c["jvm_rss_mb"], o["jvm_rss_mb"]),

@@ -47,7 +47,6 @@ COLUMNS = ("id", "title", "text")
 VIRTUAL = ("contents",)
 
 
-
 def _fsync(path: Path) -> None:
     """fsync a file or a directory (best effort for directories: not every file system allows it)."""
     fd = os.open(path, os.O_RDONLY)

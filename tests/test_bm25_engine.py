@@ -115,13 +115,14 @@ def test_tie_runs_at_the_cut(reqa_dev):
                     paragraph_ids=np.arange(len(texts), dtype=np.int64))
     r = BM25Retriever(threads=2).index(corpus)
     assert r._batch is not None
-    for query, copy_of, k in ((few, few, 5), (few, few, 100), (many, many, 100), (many, many, 1000)):
-        ranking = r.search([query], k)
-        assert_identical(ranking, bare_batch_search(r, [query], k), k)
-        copies = sorted(corpus.ids[i] for i in range(len(texts)) if texts[i] == copy_of)
+    for text, k in ((few, 5), (few, 100), (many, 100), (many, 1000)):
+        ranking = r.search([text], k)
+        assert_identical(ranking, bare_batch_search(r, [text], k), k)
+        copies = sorted(corpus.ids[i] for i in range(len(texts)) if texts[i] == text)
         got = [corpus.ids[i] for i in ranking.ids[0][: min(k, len(copies))]]
         assert got == copies[:k], f"k={k}: the first copies in id (string) order"
-    assert copies[:100] != sorted(copies, key=int)[:100], "string order should differ from numeric order here"
+        if k < len(copies):  # the run is cut: which copies come back is decided by id alone
+            assert copies[:k] != sorted(copies, key=int)[:k], "string order should differ from numeric order here"
     queries = reqa_dev.queries.texts[:100]
     assert_identical(r.search(queries, 100), bare_batch_search(r, queries, 100), 100)
 

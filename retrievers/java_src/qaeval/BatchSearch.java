@@ -358,19 +358,16 @@ public final class BatchSearch implements Closeable {
       };
     }
 
-    /** The hits held, best first: fills docsOut/scoresOut (length >= size) and returns how many. */
-    int drain(int[] docsOut, float[] scoresOut) {
-      int n = size;
-      while (size > 0) {  // pop the worst into the last free slot
-        docsOut[size - 1] = docs[0];
-        scoresOut[size - 1] = scores[0];
+    /** Sorts the hits held best first, in place (a heap sort: the worst popped to the end), and returns how many. */
+    int sortBestFirst() {
+      final int n = size;
+      while (size > 1) {
         size--;
-        if (size > 0) {
-          scores[0] = scores[size];
-          docs[0] = docs[size];
-          siftDown(0);
-        }
+        float s = scores[0]; scores[0] = scores[size]; scores[size] = s;
+        int d = docs[0]; docs[0] = docs[size]; docs[size] = d;
+        siftDown(0);
       }
+      size = 0;
       return n;
     }
   }
@@ -403,11 +400,9 @@ public final class BatchSearch implements Closeable {
             if (tieBreakById) {
               TopByScoreThenRank top = new TopByScoreThenRank(Math.min(k, Math.max(1, reader.maxDoc())), idRanks());
               searcher.search(query, top);
-              int[] d = new int[k];
-              float[] s = new float[k];
-              int n = top.drain(d, s);
-              docs = n == k ? d : java.util.Arrays.copyOf(d, n);
-              scores = n == k ? s : java.util.Arrays.copyOf(s, n);
+              int n = top.sortBestFirst();
+              docs = n == top.docs.length ? top.docs : java.util.Arrays.copyOf(top.docs, n);
+              scores = n == top.scores.length ? top.scores : java.util.Arrays.copyOf(top.scores, n);
             } else {
               ScoreDoc[] sds = searcher.search(query, k).scoreDocs;
               docs = new int[sds.length];
