@@ -297,6 +297,7 @@ class BM25Retriever:
                  "jvm": jvm_info()}
         if batch is not None:
             facts["id_order_seconds"] = round(batch.id_order_seconds, 3)
+            facts["term_at_a_time_from_k"] = batch.term_at_a_time_from_k
         done = Path(facts["index"]) / "_COMPLETE" if facts["index"] else None
         if done is not None and done.is_file():  # how our index was built (when, by this or an earlier run)
             try:

@@ -494,6 +494,15 @@ class BatchSearcher:
         return rows, scores
 
     @property
+    def term_at_a_time_from_k(self) -> int:
+        """The depth from which bag-of-words queries are scored term at a time (below it: Lucene's MaxScore)."""
+        return int(self._java.termAtATimeFromK())
+
+    @term_at_a_time_from_k.setter
+    def term_at_a_time_from_k(self, k: int) -> None:
+        self._java.setTermAtATimeFromK(int(min(k, 2**31 - 1)))
+
+    @property
     def id_order_seconds(self) -> float:
         """Time spent once sorting the index's ids (the order score ties are broken in)."""
         return float(self._java.idOrderSeconds())

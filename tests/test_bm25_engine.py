@@ -82,6 +82,23 @@ def test_rankings_identical_at_shallow_depth_and_for_short_lists(reqa_bm25, reqa
         assert_identical(reqa_bm25.search(queries, k), bare_batch_search(reqa_bm25, queries, k), k)
 
 
+def test_both_evaluation_paths_identical_at_every_depth(reqa_bm25, reqa_dev):
+    """Bag-of-words queries are scored term at a time from k = 1000 and by Lucene's MaxScore below: each path,
+    forced at every depth (ties at the cut included), returns exactly what batch_search does."""
+    batch = reqa_bm25._batch
+    assert batch is not None
+    default = batch.term_at_a_time_from_k
+    assert default == 1000 and reqa_bm25.describe()["term_at_a_time_from_k"] == 1000
+    queries = reqa_dev.queries.texts[250:330] + ["zzzqx unmatchable", "the of and", "what what what is"]
+    try:
+        for from_k in (1, 2**31 - 1):  # always term at a time; never
+            batch.term_at_a_time_from_k = from_k
+            for k in (5, 100, 1000):
+                assert_identical(reqa_bm25.search(queries, k), bare_batch_search(reqa_bm25, queries, k), k)
+    finally:
+        batch.term_at_a_time_from_k = default
+
+
 def test_rankings_identical_on_a_passage_corpus(passages):
     from retrievers.bm25 import BM25Retriever
 
