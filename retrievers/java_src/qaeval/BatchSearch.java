@@ -43,8 +43,12 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.lucene.analysis.Analyzer;
 import org.apache.lucene.document.Document;
 import org.apache.lucene.index.BinaryDocValues;
+import org.apache.lucene.index.DirectoryReader;
+import org.apache.lucene.index.LeafReader;
+import org.apache.lucene.index.LeafReaderContext;
 import org.apache.lucene.index.NumericDocValues;
 import org.apache.lucene.index.PostingsEnum;
+import org.apache.lucene.index.StoredFields;
 import org.apache.lucene.index.Term;
 import org.apache.lucene.index.TermState;
 import org.apache.lucene.index.TermStates;
@@ -53,23 +57,19 @@ import org.apache.lucene.search.BooleanClause;
 import org.apache.lucene.search.BooleanQuery;
 import org.apache.lucene.search.BoostQuery;
 import org.apache.lucene.search.CollectionStatistics;
-import org.apache.lucene.search.DocIdSetIterator;
-import org.apache.lucene.search.TermQuery;
-import org.apache.lucene.search.TermStatistics;
-import org.apache.lucene.util.Bits;
-import org.apache.lucene.index.DirectoryReader;
-import org.apache.lucene.index.LeafReader;
-import org.apache.lucene.index.LeafReaderContext;
-import org.apache.lucene.index.StoredFields;
 import org.apache.lucene.search.Collector;
+import org.apache.lucene.search.DocIdSetIterator;
 import org.apache.lucene.search.IndexSearcher;
 import org.apache.lucene.search.LeafCollector;
 import org.apache.lucene.search.Query;
 import org.apache.lucene.search.Scorable;
 import org.apache.lucene.search.ScoreDoc;
 import org.apache.lucene.search.ScoreMode;
+import org.apache.lucene.search.TermQuery;
+import org.apache.lucene.search.TermStatistics;
 import org.apache.lucene.search.similarities.Similarity;
 import org.apache.lucene.store.FSDirectory;
+import org.apache.lucene.util.Bits;
 import org.apache.lucene.util.BytesRef;
 import org.apache.lucene.util.IntroSorter;
 
@@ -406,7 +406,7 @@ public final class BatchSearch implements Closeable {
   }
 
   /**
-   * The clauses of query if, rewritten, it is a pure disjunction of term queries on one field (Anserini's bag of
+   * The clauses of query if, rewritten, it is a pure disjunction of term queries on CONTENTS (Anserini's bag of
    * words: SHOULD clauses of TermQuery, each boosted by its count), each with the SimScorer Lucene's TermWeight
    * builds for it (the searcher's similarity, the boost, the index-wide collection and term statistics); null for
    * any other query, which Lucene's own scorers then run.
@@ -425,7 +425,6 @@ public final class BatchSearch implements Closeable {
       parts.add(q);
     }
     TermClause[] out = new TermClause[parts.size()];
-    String field = null;
     for (int i = 0; i < out.length; i++) {
       Query p = parts.get(i);
       float boost = 1f;
@@ -436,7 +435,7 @@ public final class BatchSearch implements Closeable {
       // a zero or negative boost could give a doc a score of 0, which the accumulator reads as "not seen"
       if (!(p instanceof TermQuery) || !(boost > 0f) || Float.isInfinite(boost)) return null;
       Term term = ((TermQuery) p).getTerm();
-      if (field == null) field = term.field(); else if (!field.equals(term.field())) return null;
+      if (!CONTENTS.equals(term.field())) return null;  // the field whose norms are loaded
       TermStates states = TermStates.build(searcher, term, true);
       if (states.docFreq() == 0) { out[i] = new TermClause(term, states, null); continue; }  // matches nothing
       CollectionStatistics cs = searcher.collectionStatistics(term.field());
@@ -444,39 +443,41 @@ public final class BatchSearch implements Closeable {
       TermStatistics ts = searcher.termStatistics(term, states.docFreq(), states.totalTermFreq());
       out[i] = new TermClause(term, states, searcher.getSimilarity().scorer(boost, cs, ts));
     }
-    if (field == null || !normsFit(field)) return null;
-    return out;
+    return contentsNorms() != null ? out : null;
   }
 
-  private volatile String normsField = null;
-  private volatile byte[][] leafNorms = null;  // per leaf (by ord): every doc's norm; null = the field has none
+  private static final byte[][] NORMS_DO_NOT_FIT = new byte[0][];
+  private volatile byte[][] leafNorms = null;  // per leaf (by ord): every doc's norm of CONTENTS; null entry: none
 
   /**
-   * Loads the norms of field for every leaf into byte arrays (once; one byte per doc), which is what LeafSimScorer
-   * reads through NumericDocValues per doc.  False if a norm does not fit in a byte (no such Similarity here is
-   * known; Lucene's own scorers then run the query).
+   * The norms of CONTENTS for every leaf as byte arrays (loaded once; one byte per doc), which is what LeafSimScorer
+   * reads through NumericDocValues per doc; null if a norm does not fit in a byte (no Similarity here does that;
+   * Lucene's own scorers then run every query).
    */
-  private boolean normsFit(String field) throws IOException {
-    if (field.equals(normsField)) return leafNorms != null;
-    synchronized (this) {
-      if (field.equals(normsField)) return leafNorms != null;
-      byte[][] all = new byte[reader.leaves().size()][];
-      boolean fit = true;
-      for (LeafReaderContext leaf : reader.leaves()) {
-        NumericDocValues nv = leaf.reader().getNormValues(field);
-        if (nv == null) continue;  // LeafSimScorer: norm 1 for every doc
-        byte[] b = new byte[leaf.reader().maxDoc()];
-        for (int d = nv.nextDoc(); d != DocIdSetIterator.NO_MORE_DOCS; d = nv.nextDoc()) {
-          long v = nv.longValue();
-          if (v != (byte) v) { fit = false; break; }
-          b[d] = (byte) v;
+  private byte[][] contentsNorms() throws IOException {
+    byte[][] all = leafNorms;
+    if (all == null) {
+      synchronized (this) {
+        all = leafNorms;
+        if (all == null) {
+          all = new byte[reader.leaves().size()][];
+          outer:
+          for (LeafReaderContext leaf : reader.leaves()) {
+            NumericDocValues nv = leaf.reader().getNormValues(CONTENTS);
+            if (nv == null) continue;  // LeafSimScorer: norm 1 for every doc
+            byte[] b = new byte[leaf.reader().maxDoc()];
+            for (int d = nv.nextDoc(); d != DocIdSetIterator.NO_MORE_DOCS; d = nv.nextDoc()) {
+              long v = nv.longValue();
+              if (v != (byte) v) { all = NORMS_DO_NOT_FIT; break outer; }
+              b[d] = (byte) v;
+            }
+            all[leaf.ord] = b;
+          }
+          leafNorms = all;
         }
-        all[leaf.ord] = b;
       }
-      leafNorms = fit ? all : null;
-      normsField = field;
-      return fit;
     }
+    return all == NORMS_DO_NOT_FIT ? null : all;
   }
 
   /**
@@ -583,7 +584,7 @@ public final class BatchSearch implements Closeable {
             if (tieBreakById) {
               TopByScoreThenRank top = new TopByScoreThenRank(Math.min(k, Math.max(1, reader.maxDoc())), idRanks());
               if (clauses != null) {
-                byte[][] norms = leafNorms;
+                byte[][] norms = contentsNorms();
                 for (LeafReaderContext leaf : reader.leaves()) taat.score(leaf, norms[leaf.ord], clauses, top);
               } else {
                 searcher.search(query, top);
