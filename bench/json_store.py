@@ -7,7 +7,9 @@ Two corpora of N passages: the JsonCollection JSONL of ``bench/retrieval_scale.p
 side builds the store from an empty cache (content hash included) in its own
 process; the table gives seconds, passages/s and the process's peak RSS.  The
 Python side is what the store build ran before the Arrow reader (and what it
-falls back to for files only that reader decides).
+falls back to for files only that reader decides).  A third side runs Arrow's
+reader without the read-ahead thread (``data.io.read_ahead``) that parses the
+next batches while the store writes the previous ones: what that thread buys.
 
     python bench/json_store.py --sizes 100k,1M
 """
@@ -58,9 +60,11 @@ def child(kind: str, reader: str, path: Path, cache: Path) -> dict:
 
         if reader == "arrow":
             store, _ = open_corpus_store(parse_open_spec(f"pyserini@{path}+squad").corpus)
-        else:  # the key open_corpus_store uses, the records its Python reader gives
+        else:  # the key open_corpus_store uses, the records of its Python reader or of Arrow's without read-ahead
             key = ["pyserini", tree_digest(corpus_files(path, "pyserini"), path), False]
-            store = cached_store(key, lambda: read_corpus(path, "pyserini", BadRecords(False)))
+            serial = reader == "arrow-serial"
+            store = cached_store(key, lambda: read_corpus(path, "pyserini", BadRecords(False), fast=serial),
+                                 meta={"reader": "arrow-serial"} if serial else None)
         rows = len(store)
     else:
         from data.beir import build_beir, read_beir_dir, read_jsonl, read_qrels
@@ -68,6 +72,15 @@ def child(kind: str, reader: str, path: Path, cache: Path) -> dict:
 
         if reader == "arrow":
             ds = read_beir_dir(path, "test")
+        elif reader == "arrow-serial":  # what build_beir stores from the file, without the read-ahead thread
+            from data.corpus_store import cached_store
+            from data.open_sources import json_corpus_batches
+
+            corpus = path / "corpus.jsonl"
+            store = cached_store(["beir", "file", sha256_file(corpus)], lambda: json_corpus_batches(corpus, "beir-dataset"),
+                                 meta={"reader": "arrow-serial"})
+            return {"seconds": time.perf_counter() - t0, "rows": len(store),
+                    "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
         else:  # build_beir from the json reader's records (no corpus_file)
             ds = build_beir(read_jsonl(path / "corpus.jsonl"), read_jsonl(path / "queries.jsonl"),
                             read_qrels(path / "qrels" / "test.tsv"), name="bench", split="test",
@@ -105,7 +118,7 @@ def main() -> int:
     for n in sizes:
         for kind, path in (("pyserini", inputs[n] / "jsonl"), ("beir", beirs[n])):
             got = {}
-            for reader in ("arrow", "python"):
+            for reader in ("arrow", "arrow-serial", "python"):
                 cmd = [sys.executable, __file__, "--child", kind, reader, str(path), str(cache / f"json-store-{reader}")]
                 proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
                 if proc.returncode != 0:
@@ -113,12 +126,14 @@ def main() -> int:
                 got[reader] = json.loads(proc.stdout.strip().splitlines()[-1])
             rows.append((n, kind, got))
             print(f"{n} {kind}: {got}", file=sys.stderr)
-    print(f"\n| passages | corpus | Arrow reader s | passages/s | peak RSS | json reader s | passages/s | peak RSS | speed-up |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| passages | corpus | Arrow reader s | passages/s | peak RSS | without read-ahead s | peak RSS | read-ahead "
+          "speed-up | json reader s | passages/s | peak RSS | speed-up over json |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n, kind, got in rows:
-        a, b = got["arrow"], got["python"]
+        a, s, b = got["arrow"], got["arrow-serial"], got["python"]
         print(f"| {n:,} | {'JsonCollection (open:)' if kind == 'pyserini' else 'BEIR (beir:)'} | {a['seconds']:.1f} | "
-              f"{n / a['seconds']:,.0f} | {a['rss_mb']:,.0f} MB | {b['seconds']:.1f} | {n / b['seconds']:,.0f} | "
+              f"{n / a['seconds']:,.0f} | {a['rss_mb']:,.0f} MB | {s['seconds']:.1f} | {s['rss_mb']:,.0f} MB | "
+              f"{s['seconds'] / a['seconds']:.2f}x | {b['seconds']:.1f} | {n / b['seconds']:,.0f} | "
               f"{b['rss_mb']:,.0f} MB | {b['seconds'] / a['seconds']:.2f}x |")
     return _machine.finish(guard, allow_busy=args.allow_busy)
 

@@ -221,7 +221,7 @@ def build_beir(
     says which read it.
     """
     from data.corpus_store import cached_store
-    from data.io import sha256_text
+    from data.io import read_ahead, sha256_text
     from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
     def records(rows):
@@ -241,7 +241,7 @@ def build_beir(
         store = None
         if corpus_file is not None:
             try:
-                store = cached_store(key, lambda: json_corpus_batches(Path(corpus_file), "beir-dataset"),
+                store = cached_store(key, lambda: read_ahead(json_corpus_batches(Path(corpus_file), "beir-dataset")),
                                      meta={"reader": "arrow"}, desc=desc)
             except NeedsPythonReader:
                 pass  # the json reader decides this file

@@ -499,8 +499,16 @@ def file_digest(path: str | os.PathLike) -> str:
 
 
 def tree_digest(paths: Sequence[Path], root: Path) -> str:
-    """Digest of several files (names relative to ``root`` and their contents)."""
+    """Digest of several files (names relative to ``root`` and their contents).
+
+    The files are hashed on all cores at once (hashlib releases the GIL), so a
+    sharded corpus's first run hashes it in a fraction of one core's time.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(paths), os.cpu_count() or 1))) as pool:
+        digests = list(pool.map(file_digest, paths))
     h = hashlib.sha256()
-    for p in paths:
-        h.update(str(Path(p).relative_to(root)).encode() + b"\0" + file_digest(p).encode() + b"\n")
+    for p, digest in zip(paths, digests):
+        h.update(str(Path(p).relative_to(root)).encode() + b"\0" + digest.encode() + b"\n")
     return h.hexdigest()

@@ -6,9 +6,11 @@ import contextlib
 import hashlib
 import json
 import os
+import queue
 import tempfile
+import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, TypeVar
 
 from data.errors import UserError
 
@@ -30,6 +32,61 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+T = TypeVar("T")
+
+
+def read_ahead(items: Iterable[T], depth: int = 2) -> Iterator[T]:
+    """``items``, produced by a background thread up to ``depth`` ahead of the consumer.
+
+    For a producer and a consumer that spend their time in code that releases the GIL
+    (Arrow's parsers and compute kernels, file writes): on 2 cores the corpus store's
+    JSON parsing then overlaps the writing of the previous batches (bench/json_store.py).
+    An exception of the producer is raised in the consumer at the item where it
+    happened; a consumer that stops early stops the producer (and closes it, when it
+    is a generator) at its next item.  Not for cheap items: each costs a queue hand-off.
+    """
+    handoff: queue.Queue = queue.Queue(max(1, depth))
+    stop = threading.Event()
+    done = object()
+
+    def put(x) -> bool:
+        while not stop.is_set():
+            try:
+                handoff.put(x, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        source = iter(items)
+        try:
+            for x in source:
+                if not put((x, None)):
+                    return
+            put((done, None))
+        except BaseException as e:  # handed to the consumer, raised there
+            put((None, e))
+        finally:
+            close = getattr(source, "close", None)
+            if stop.is_set() and close is not None:
+                close()
+
+    worker = threading.Thread(target=produce, name="read-ahead", daemon=True)
+    worker.start()
+    try:
+        while True:
+            x, error = handoff.get()
+            if error is not None:
+                raise error
+            if x is done:
+                return
+            yield x
+    finally:
+        stop.set()
+        worker.join()
 
 
 def sha256_text(*parts: Any) -> str:

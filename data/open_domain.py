@@ -368,6 +368,7 @@ def open_corpus_store(source, skip_bad_records: bool = False):
     """The corpus store of a corpus source (built on first use), and its sources entry."""
     from data.beir import hub_offline
     from data.corpus_store import cached_store, file_digest, tree_digest
+    from data.io import read_ahead
     from data.open_sources import (BadRecords, NeedsPythonReader, corpus_files, detect_corpus_format, hub_corpus,
                                    read_corpus)
 
@@ -400,7 +401,8 @@ def open_corpus_store(source, skip_bad_records: bool = False):
     meta.update({"source": str(path), "format": fmt, "sha256": digest})
 
     def records(fast: bool):
-        yield from read_corpus(path, fmt, bad, fast=fast)
+        # Arrow's readers parse the next batches in a thread while the store writes the previous ones
+        yield from read_ahead(read_corpus(path, fmt, bad, fast=True)) if fast else read_corpus(path, fmt, bad)
         meta["skipped_records"] = bad.count
 
     key = [fmt, digest, bool(skip_bad_records)]

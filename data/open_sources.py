@@ -405,7 +405,7 @@ _PY_WHITESPACE = "\x09\x0a\x0b\x0c\x0d\x1c\x1d\x1e\x1f\x20\x85\xa0\u1680\u2000\u
 _LINE_STARTS_BLANK = rb"\n[\n\r \t]"
 
 
-def json_corpus_batches(path: Path, fmt: str, chunk_bytes: int = 4 << 20) -> Iterator:
+def json_corpus_batches(path: Path, fmt: str, chunk_bytes: int = 8 << 20) -> Iterator:
     """A BEIR or JsonCollection JSON-lines file as Arrow record batches ``(id, title, text)``, by Arrow's JSON reader.
 
     The records :func:`_beir_jsonl` / :func:`_pyserini_json` (Python's ``json``,
@@ -539,10 +539,11 @@ def _split_first_line(contents, empty):
         return pa.Array.from_buffers(pa.int32(), len(v), [None, pa.py_buffer(v)])
 
     two = np.packbits((offsets[1:] - offsets[:-1]) == 2, bitorder="little")
-    has_title = pa.Array.from_buffers(pa.bool_(), len(contents), [None, pa.py_buffer(two)])
     text = pieces.take(int32(offsets[1:] - 1))  # the last piece: the text, or all of the contents
-    title = pc.if_else(has_title, pieces.take(int32(offsets[:-1])), empty)
-    return title, text
+    # the first piece where there are two, else "": a null index takes nothing, so only the titles are copied
+    first = np.ascontiguousarray(offsets[:-1], dtype=np.int32)
+    firsts = pa.Array.from_buffers(pa.int32(), len(contents), [pa.py_buffer(two), pa.py_buffer(first)])
+    return pc.fill_null(pieces.take(firsts), empty), text
 
 def _json_lines(path: Path, bad: BadRecords):
     """``(where, record)`` of a JSON-lines file, or of a file holding one JSON array of records."""

@@ -429,6 +429,45 @@ def test_pyserini_collection_and_config_file_give_the_same_corpus(files, tmp_pat
     assert ds.queries.answer_match == "regex" and list(ds.corpus.ids) == list(tsv.ids)
 
 
+def test_read_ahead_store_build_equals_the_serial_one_and_hands_over_mid_file(files, tmp_path, monkeypatch):
+    """The store build's read-ahead thread (data.io.read_ahead): the same store as reading in line, an Arrow reader's
+    hand-over after many batches reaches the builder (nothing published), and a consumer that stops early stops the
+    producer."""
+    from data import corpus_store
+    from data.io import read_ahead
+    from data.open_sources import NeedsPythonReader, json_corpus_batches
+
+    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "cache"))
+    plain = sorted(files["collection"].iterdir())[0]
+    batches = lambda: json_corpus_batches(plain, "pyserini", chunk_bytes=1 << 12)  # noqa: E731 - dozens of batches
+    assert sum(1 for _ in batches()) > 20
+    serial = corpus_store.cached_store(["serial"], batches)
+    ahead = corpus_store.cached_store(["ahead"], lambda: read_ahead(batches()))
+    for name in ("id", "title", "text", "contents"):
+        assert ahead.column(name)[:] == serial.column(name)[:]
+    # a line only the json reader decides, near the end: raised in the builder after the batches before it
+    late = tmp_path / "late.jsonl"
+    late.write_bytes(plain.read_bytes() + b"\n" + b'{"id": "x", "contents": "y"}\n')  # a blank line
+    with pytest.raises(NeedsPythonReader):
+        corpus_store.cached_store(["late"], lambda: read_ahead(json_corpus_batches(late, "pyserini", chunk_bytes=1 << 12)))
+    assert sorted(p.name for p in corpus_store.store_root().iterdir() if p.is_dir()) == sorted(
+        [serial.directory.name, ahead.directory.name])
+    made, closed = [], []
+
+    def producer():
+        try:
+            for i in range(1000):
+                made.append(i)
+                yield i
+        finally:
+            closed.append(True)
+
+    ahead_items = read_ahead(producer(), depth=2)
+    assert [next(ahead_items) for _ in range(3)] == [0, 1, 2]
+    ahead_items.close()
+    assert closed and len(made) <= 3 + 2 + 1  # three taken, two queued, one waiting to be queued
+
+
 def test_killed_build_is_never_trusted(files, tmp_path, monkeypatch):
     from data import corpus_store
 
