@@ -178,26 +178,21 @@ def child(args) -> dict:
     root = Path(args.passages)
     threads = args.threads
     if role == "ours-index":
-        from pipeline.stages import start_index_builders
         from retrievers.bm25 import BM25Retriever
-        from retrievers.java import ensure_jvm, helper_classes
+        from retrievers.java import ensure_jvm
 
         shutil.rmtree(args.index_root, ignore_errors=True)
         if args.cold:  # the corpus store too (not the compiled Java helper): the corpus's first run, from the JSONL
             for part in ("corpus_store", "sha256"):  # the store and the remembered digest of the JSONL
                 shutil.rmtree(Path(args.store_cache) / part, ignore_errors=True)
         ensure_jvm()  # as on the Pyserini side: the in-process JVM is up before the clock starts
-        helper_classes()  # (compiled once per machine, before any clock)
-        retriever = BM25Retriever(threads=threads, index_dir=args.index_root)
         t0 = time.perf_counter()
-        start_index_builders(retriever)  # as pipeline.run does: the indexer JVM starts while the corpus is read
         corpus, store_s = store_corpus(root, Path(args.store_cache))
         t1 = time.perf_counter()
-        retriever.index(corpus)
+        BM25Retriever(threads=threads, index_dir=args.index_root).index(corpus)
         done = json.loads(next(Path(args.index_root).glob("*/_COMPLETE")).read_text())
         return {"seconds": time.perf_counter() - t0, "store_s": store_s, "index_s": time.perf_counter() - t1,
-                "texts_from": done.get("texts_from"), "jvm_started_ahead": done.get("jvm_started_ahead"),
-                "rss_mb": rss_mb(), "jvm_rss_mb": rss_mb(resource.RUSAGE_CHILDREN)}
+                "texts_from": done.get("texts_from"), "rss_mb": rss_mb(), "jvm_rss_mb": rss_mb(resource.RUSAGE_CHILDREN)}
     if role == "pyserini-index":
         shutil.rmtree(args.index_root, ignore_errors=True)
         seconds = pyserini_index(root / "jsonl", args.index_root, threads, PYSERINI_FLAGS[args.flags])

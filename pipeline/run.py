@@ -205,7 +205,7 @@ def run(args, engine) -> int:
     from selection import parse_selector
 
     selector = parse_selector(args.selector) if args.reader else None  # bad specs fail before any work
-    checked = stages.build_retriever(args.retriever, retriever_options(args))  # so do bad retriever specs and options
+    stages.build_retriever(args.retriever, retriever_options(args))  # so do bad retriever specs and options
     reader = None
     if args.reader:
         from pipeline.reading import make_reader
@@ -213,7 +213,6 @@ def run(args, engine) -> int:
         with timer("load_reader"):
             reader = prepare_reader(make_reader(args), engine)  # a bad model name/path fails before retrieval
     with timer("load_data"):
-        stages.start_index_builders(checked)  # a BM25 indexer JVM starts while the corpus is read
         dataset = load_dataset(args.dataset, args.split, data_dir=args.data_dir, data_file=args.data_file,
                                skip_bad_records=args.skip_bad_records, answer_match=getattr(args, "answer_match", None),
                                language=getattr(args, "language", None))
@@ -244,7 +243,6 @@ def run(args, engine) -> int:
         args.reader = None
     with timer("retrieve"):
         ranking = stages.retrieve(retriever, dataset, depth, train=train)
-    stages.stop_index_builders()  # (one the indexes did not need: they were cached)
     with timer("retrieval_metrics"):
         metrics = {"dataset": dataset.name, "split": dataset.split, "retriever": args.retriever,
                    "corpus_size": len(dataset.corpus), "level": dataset.level, "scale": METRICS_SCALE}
@@ -312,23 +310,28 @@ def prepare_reader(reader, engine):
 
 def embedding_shard_counts(retriever) -> dict:
     """Corpus-embedding shards computed and reused, summed over the dense retrievers of a run."""
-    from pipeline.stages import with_members
-
     total: dict[str, int] = {}
-    for r in with_members(retriever):
+    for r in _with_members(retriever):
         for k, v in (getattr(r, "encode_stats_", None) or {}).items():
             total[k] = total.get(k, 0) + int(v)
     return total
+
+
+def _with_members(retriever):
+    """``retriever`` and the members of fused ones, breadth first."""
+    stack = [retriever]
+    while stack:
+        r = stack.pop(0)
+        yield r
+        stack.extend(getattr(r, "members", None) or [])
 
 
 def index_infos(retriever) -> list[dict]:
     """The index facts of every BM25 (``describe()``) and dense (``index_info_``) retriever of a run, members included."""
     import json
 
-    from pipeline.stages import with_members
-
     out = []
-    for r in with_members(retriever):
+    for r in _with_members(retriever):
         facts = getattr(r, "index_info_", None) or (r.describe() if callable(getattr(r, "describe", None)) else None)
         if facts:
             out.append(json.loads(json.dumps({"retriever": getattr(r, "name", type(r).__name__), **facts}, default=str)))

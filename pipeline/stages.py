@@ -31,37 +31,6 @@ def build_retriever(spec: str, options: dict[str, Any]):
     )
 
 
-def with_members(retriever):
-    """``retriever`` and the members of fused ones, breadth first."""
-    stack = [retriever]
-    while stack:
-        r = stack.pop(0)
-        yield r
-        stack.extend(getattr(r, "members", None) or [])
-
-
-def start_index_builders(retriever) -> bool:
-    """Start the BM25 indexer JVM before the corpus is read, when a BM25 member may build its index.
-
-    Its start-up then overlaps the corpus store's build (see
-    :func:`retrievers.lucene.start_indexer_jvm`); :func:`stop_index_builders` ends it
-    if the index was cached after all.  True when one was started.
-    """
-    from retrievers.bm25 import BM25Retriever
-
-    if not any(isinstance(r, BM25Retriever) and not r.index_path for r in with_members(retriever)):
-        return False
-    from retrievers.lucene import start_indexer_jvm
-
-    return start_indexer_jvm()
-
-
-def stop_index_builders() -> None:
-    from retrievers.lucene import stop_indexer_jvm
-
-    stop_indexer_jvm()
-
-
 def retrieve(retriever, dataset: Dataset, depth: int, train: Dataset | None = None) -> Ranking:
     """Fit (learned retrievers, on ``train``), index the corpus, search every query."""
     from retrievers.fusion import needs_fit

@@ -38,7 +38,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -294,13 +293,11 @@ _ADDED = re.compile(r": (\d+) docs added\.")
 class IndexCollectionRun:
     """Anserini's ``IndexCollection`` on a JsonCollection directory, in its own JVM, started ahead of its input.
 
-    With the batch helper's classes (any ``javac``), the JVM runs ``qaeval.IndexWhenReady``,
-    which loads the indexer and waits: it is started at construction (or earlier, by
-    :func:`start_indexer_jvm`, while the caller was still reading the corpus), the caller
-    writes the input meanwhile, and :meth:`run` sends ``go`` with the indexer's options,
-    so the JVM's start-up (about 0.7 s) overlaps that work instead of following it.
-    Without them the JVM starts in :meth:`run`.  The JVM dies with its parent (Linux)
-    and exits without indexing when stdin closes first.
+    With the batch helper's classes (any ``javac``), the JVM starts at construction
+    under ``qaeval.IndexWhenReady``, which loads the indexer and waits: the caller
+    writes the shards meanwhile, and :meth:`run` sends ``go``, so the JVM's start-up
+    overlaps the writing.  Without them the JVM starts in :meth:`run`.  The JVM dies
+    with its parent (Linux) and exits without indexing when stdin closes first.
     """
 
     def __init__(self, input_dir: Path, index_dir: Path, args: Sequence[str], threads: int,
@@ -314,31 +311,31 @@ class IndexCollectionRun:
         options = ["-collection", self.collection, "-input", str(input_dir), "-index", str(index_dir),
                    "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(max(1, threads)),
                    "-memoryBuffer", str(memory_buffer_mb), "-verbose", *args]
+        cmd = java_command(heap)
+        if helper is not None:
+            cp = cmd.index("-cp") + 1
+            cmd[cp] = cmd[cp] + os.pathsep + helper
+            self._cmd = cmd + ["qaeval.IndexWhenReady", *options]
+        else:
+            self._cmd = cmd + ["io.anserini.index.IndexCollection", *options]
         self._proc: subprocess.Popen | None = None
         self.started_early = helper is not None
-        self.jvm_started_ahead = False
-        if helper is None:
-            self._cmd = java_command(heap) + ["io.anserini.index.IndexCollection", *options]
-            return
-        waiting = _waiting_command(heap, helper)
-        if any("\t" in o or "\n" in o for o in options):  # options that one stdin line cannot carry
-            self._cmd, self._go = waiting + options, "go"
-        else:
-            self._cmd, self._go = waiting, "go\t" + "\t".join(options)
-            self._proc = _take_spare(waiting)
-            self.jvm_started_ahead = self._proc is not None
-        if self._proc is None:
-            self._proc = _start_jvm(self._cmd, stdin=subprocess.PIPE)
+        if self.started_early:
+            self._proc = self._start(stdin=subprocess.PIPE)
+
+    def _start(self, stdin) -> subprocess.Popen:
+        return subprocess.Popen(self._cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
 
     def run(self, n_docs: int) -> dict:
         """Index (input complete now), showing progress in docs/s; ``UserError`` with the indexer's error line."""
         t0 = time.perf_counter()
         if self._proc is None:
-            self._proc = _start_jvm(self._cmd, stdin=subprocess.DEVNULL)
+            self._proc = self._start(stdin=subprocess.DEVNULL)
         else:
             assert self._proc.stdin is not None
             try:
-                self._proc.stdin.write(self._go + "\n")
+                self._proc.stdin.write("go\n")
                 self._proc.stdin.close()
             except (BrokenPipeError, OSError):
                 pass  # the JVM already failed: its output says why
@@ -376,75 +373,6 @@ class IndexCollectionRun:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
-
-
-def _start_jvm(cmd: Sequence[str], stdin) -> subprocess.Popen:
-    return subprocess.Popen(list(cmd), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
-
-
-def _waiting_command(heap: str | None, helper: str) -> list[str]:
-    """The command of an indexer JVM that waits for ``go`` and its options (``qaeval.IndexWhenReady``)."""
-    from retrievers.java import java_command
-
-    cmd = java_command(heap)
-    cp = cmd.index("-cp") + 1
-    cmd[cp] = cmd[cp] + os.pathsep + helper
-    return cmd + ["qaeval.IndexWhenReady"]
-
-
-_SPARE_LOCK = threading.Lock()
-_SPARE: list = []  # [(command, process)]: at most one indexer JVM started ahead of its build
-
-
-def start_indexer_jvm(heap: str | None = None) -> bool:
-    """Start the JVM of the next index build now; False where builds cannot use one (no ``javac``).
-
-    A run that may build a BM25 index calls this before it reads its corpus (``pipeline.run``,
-    ``pipeline.sweep``), so the indexer JVM's start-up -- about 0.7 s of a second core, the
-    whole fixed cost of an index built from a corpus store, which hands the indexer its texts in
-    milliseconds -- overlaps the corpus store's build instead of following it.  The next
-    :class:`IndexCollectionRun` with the same heap takes it; one nobody took exits when
-    :func:`stop_indexer_jvm` or this process ends (stdin closes).
-    """
-    from retrievers.java import helper_classes
-
-    helper = helper_classes()
-    if helper is None:
-        return False
-    cmd = _waiting_command(heap, helper)
-    with _SPARE_LOCK:
-        if _SPARE and _SPARE[0][0] == cmd and _SPARE[0][1].poll() is None:
-            return True
-        _stop_spare()
-        _SPARE.append((cmd, _start_jvm(cmd, stdin=subprocess.PIPE)))
-    return True
-
-
-def stop_indexer_jvm() -> None:
-    """End the JVM :func:`start_indexer_jvm` started, if no build took it."""
-    with _SPARE_LOCK:
-        _stop_spare()
-
-
-def _stop_spare() -> None:
-    while _SPARE:
-        _, proc = _SPARE.pop()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdin, proc.stdout):
-            if stream is not None:
-                stream.close()
-
-
-def _take_spare(cmd: list[str]) -> subprocess.Popen | None:
-    """The JVM started ahead by :func:`start_indexer_jvm` if it runs ``cmd`` and still waits, else None."""
-    with _SPARE_LOCK:
-        if _SPARE and _SPARE[0][0] == cmd and _SPARE[0][1].poll() is None:
-            return _SPARE.pop()[1]
-        _stop_spare()
-    return None
 
 
 def shard_count(n_docs: int, threads: int) -> int:
@@ -490,7 +418,7 @@ def build_index(contents: Callable[[], Iterator[Sequence[str]]], n_docs: int, pa
             indexer.close()
         shutil.rmtree(tmp / "input")
         counters.update(write_seconds=t_write, threads=threads, docs=written, jvm_started_early=indexer.started_early,
-                        jvm_started_ahead=indexer.jvm_started_ahead, collection=indexer.collection, texts_from=source)
+                        collection=indexer.collection, texts_from=source)
         (tmp / "index" / "_COMPLETE").write_text(json.dumps(counters) + "\n")
         os.replace(tmp / "index", path)
     finally:

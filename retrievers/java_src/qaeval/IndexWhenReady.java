@@ -3,9 +3,7 @@
  *
  * The parent process starts this JVM first, then writes the input files, then sends "go" on stdin;
  * meanwhile the JVM starts and loads the indexer's classes, so the JVM's start-up overlaps the writing instead
- * of following it.  "go" followed by tab-separated arguments runs IndexCollection with those arguments instead
- * of this program's own: a JVM started before its index is known (while the corpus is still being read) can
- * build it.  Anything else on stdin (or its end: the parent died or gave up) exits without indexing.
+ * of following it.  Anything else on stdin (or its end: the parent died or gave up) exits without indexing.
  */
 package qaeval;
 
@@ -37,15 +35,12 @@ public final class IndexWhenReady {
     }
     BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
     String line = in.readLine();
-    String[] options = args;
-    if (line != null && line.startsWith("go\t")) {
-      options = line.substring(3).split("\t", -1);
-    } else if (!"go".equals(line)) {
+    if (!"go".equals(line)) {
       System.err.println("IndexWhenReady: no go from the parent; not indexing");
       System.exit(3);
     }
     try {
-      main.invoke(null, (Object) options);
+      main.invoke(null, (Object) args);
     } catch (InvocationTargetException e) {
       throw e.getCause();
     }
