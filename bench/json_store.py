@@ -11,7 +11,7 @@ falls back to for files only that reader decides).  A third side runs Arrow's
 reader without the read-ahead thread (``data.io.read_ahead``) that parses the
 next batches while the store writes the previous ones: what that thread buys.
 
-    python bench/json_store.py --sizes 100k,1M
+    python bench/json_store.py --sizes 100k,1M --repeat 3
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -96,6 +97,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="100k,1M")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="the passages' shard count follows it")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="alternating builds per side; seconds are their medians (single builds on this VM vary +-20%%)")
     p.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     import _machine
 
@@ -117,15 +120,19 @@ def main() -> int:
     rows = []
     for n in sizes:
         for kind, path in (("pyserini", inputs[n] / "jsonl"), ("beir", beirs[n])):
-            got = {}
-            for reader in ("arrow", "arrow-serial", "python"):
-                cmd = [sys.executable, __file__, "--child", kind, reader, str(path), str(cache / f"json-store-{reader}")]
-                proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-                if proc.returncode != 0:
-                    raise SystemExit(f"error: {kind} {reader} failed:\n{proc.stderr[-3000:]}")
-                got[reader] = json.loads(proc.stdout.strip().splitlines()[-1])
+            runs: dict[str, list[dict]] = {"arrow": [], "arrow-serial": [], "python": []}
+            for _ in range(args.repeat):  # alternating, so the VM's drift hits every side alike
+                for reader in runs:
+                    cmd = [sys.executable, __file__, "--child", kind, reader, str(path), str(cache / f"json-store-{reader}")]
+                    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+                    if proc.returncode != 0:
+                        raise SystemExit(f"error: {kind} {reader} failed:\n{proc.stderr[-3000:]}")
+                    runs[reader].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            got = {reader: {"seconds": statistics.median(r["seconds"] for r in rs), "rss_mb": max(r["rss_mb"] for r in rs),
+                            "all": [round(r["seconds"], 2) for r in rs]} for reader, rs in runs.items()}
             rows.append((n, kind, got))
             print(f"{n} {kind}: {got}", file=sys.stderr)
+    print(f"\nseconds: medians of {args.repeat} alternating build(s) per side (each side's runs in the log); peak RSS: the highest")
     print("\n| passages | corpus | Arrow reader s | passages/s | peak RSS | without read-ahead s | peak RSS | read-ahead "
           "speed-up | json reader s | passages/s | peak RSS | speed-up over json |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
