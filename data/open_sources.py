@@ -411,9 +411,10 @@ def json_corpus_batches(path: Path, fmt: str, chunk_bytes: int = 8 << 20) -> Ite
     The records :func:`_beir_jsonl` / :func:`_pyserini_json` (Python's ``json``,
     line by line) give -- or, for ``fmt="beir-dataset"``, what ``beir:NAME``'s
     reader keeps (:func:`data.beir.build_beir`: title and text stripped, a
-    missing one empty) -- about 2x faster for a whole store build
-    (bench/json_store.py), for every file that reader reads without complaint.  The file is cut
-    into chunks at line ends and each chunk parsed by Arrow; a chunk must give
+    missing one empty) -- 1.5-2x faster for a whole store build of 1M passages
+    (bench/json_store.py: 1.5-1.6x on an Intel Xeon, 1.8-2.0x on an AMD EPYC), for every
+    file that reader reads without complaint.  The file is cut into chunks of about
+    ``chunk_bytes`` at line ends and each chunk parsed by Arrow; a chunk must give
     exactly one record per line.  Where the two readers could differ -- a
     byte-order mark, a blank line or one starting with whitespace, a JSON array
     file, a lone carriage return (a line end to Python), a line that is not one
