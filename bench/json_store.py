@@ -71,22 +71,21 @@ def child(kind: str, reader: str, path: Path, cache: Path) -> dict:
         from data.beir import build_beir, read_beir_dir, read_jsonl, read_qrels
         from data.io import sha256_file
 
-        if reader == "arrow":
-            ds = read_beir_dir(path, "test")
-        elif reader == "arrow-serial":  # what build_beir stores from the file, without the read-ahead thread
+        if reader == "arrow-serial":  # what build_beir stores from the file, without the read-ahead thread
             from data.corpus_store import cached_store
             from data.open_sources import json_corpus_batches
 
             corpus = path / "corpus.jsonl"
             store = cached_store(["beir", "file", sha256_file(corpus)], lambda: json_corpus_batches(corpus, "beir-dataset"),
                                  meta={"reader": "arrow-serial"})
-            return {"seconds": time.perf_counter() - t0, "rows": len(store),
-                    "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-        else:  # build_beir from the json reader's records (no corpus_file)
-            ds = build_beir(read_jsonl(path / "corpus.jsonl"), read_jsonl(path / "queries.jsonl"),
-                            read_qrels(path / "qrels" / "test.tsv"), name="bench", split="test",
-                            corpus_key=["file", sha256_file(path / "corpus.jsonl")])
-        store = ds.corpus.texts.store
+        else:
+            if reader == "arrow":
+                ds = read_beir_dir(path, "test")
+            else:  # build_beir from the json reader's records (no corpus_file)
+                ds = build_beir(read_jsonl(path / "corpus.jsonl"), read_jsonl(path / "queries.jsonl"),
+                                read_qrels(path / "qrels" / "test.tsv"), name="bench", split="test",
+                                corpus_key=["file", sha256_file(path / "corpus.jsonl")])
+            store = ds.corpus.texts.store
         rows = len(store)
     seconds = time.perf_counter() - t0
     assert store.manifest.get("reader", "python") == reader, store.manifest
