@@ -359,6 +359,9 @@ def main() -> int:
                 runs["d"].append(run_child("pyserini-index", passages=root, index_root=theirs, threads=args.threads,
                                            flags="documented"))
             c, o, t, d = (median_build(runs[side]) for side in "cotd")
+            pairs = sorted(t_["seconds"] / c_["seconds"] for c_, t_ in zip(runs["c"], runs["t"]))
+            row["cold_ratio_range"] = (pairs[0], pairs[-1])  # first run / Pyserini same, per alternating pair
+            row["index_seconds"] = {side: [round(r["seconds"], 2) for r in runs[side]] for side in "cotd"}
             row.update(ours_cold_index=n / c["seconds"], ours_store_s=c["store_s"], texts_from=o["texts_from"],
                        ours_index=n / o["seconds"], ours_index_rss=max(c["rss_mb"], o["rss_mb"]),
                        ours_index_jvm_rss=max(c["jvm_rss_mb"], o["jvm_rss_mb"]),
@@ -395,13 +398,15 @@ def main() -> int:
               f"Pyserini documented = {' '.join(PYSERINI_FLAGS['documented'])}")
         print("ours from JSONL = the corpus store built from the JSONL (as `open:pyserini@DIR` reads it) + the index; "
               "ours from store = the index of the built store (texts read from its Arrow file); ratios to Pyserini same; "
+              "pairs = lowest and highest ratio of one first run to the Pyserini same build next to it; "
               f"docs/s from the median of {args.index_repeat} alternating build(s) per side")
-        print(f"\n{'passages':>10} | {'ours from JSONL':>15} | {'ratio':>5} | {'store s':>7} | {'ours from store':>15} | {'ratio':>5} | "
+        print(f"\n{'passages':>10} | {'ours from JSONL':>15} | {'ratio':>5} | {'pairs':>9} | {'store s':>7} | {'ours from store':>15} | {'ratio':>5} | "
               f"{'Pyserini same':>13} | {'Pyserini documented':>19} | {'JSONL / doc.':>12} | "
               f"{'ours RSS (py + indexer JVM)':>27} | {'Pyserini RSS (same, doc.)':>25}")
         for r in rows:
             same = r["pyserini_index"]
-            print(f"{r['n']:>10,} | {r['ours_cold_index']:>15,.0f} | {r['ours_cold_index'] / same:>5.2f} | {r['ours_store_s']:>7.1f} | "
+            lo, hi = r["cold_ratio_range"]
+            print(f"{r['n']:>10,} | {r['ours_cold_index']:>15,.0f} | {r['ours_cold_index'] / same:>5.2f} | {lo:.2f}-{hi:.2f} | {r['ours_store_s']:>7.1f} | "
                   f"{r['ours_index']:>15,.0f} | {r['ours_index'] / same:>5.2f} | {same:>13,.0f} | "
                   f"{r['pyserini_documented_index']:>19,.0f} | {r['ours_cold_index'] / r['pyserini_documented_index']:>12.2f} | "
                   f"{r['ours_index_rss']:>10,.0f} + {r['ours_index_jvm_rss']:>6,.0f} MB{'':>6} | "
