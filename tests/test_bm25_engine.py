@@ -432,3 +432,48 @@ def test_thai_pretokenized_index_identical_to_batch_search():
     ranking = r.search(queries, 1000)
     assert (ranking.ids[:, 0] >= 0).mean() > 0.9
     assert_identical(ranking, bare_batch_search(r, tokenized, 1000), 1000)
+
+
+def test_class_data_archive_is_mapped_by_the_indexer_jvm_and_a_damaged_one_is_only_not_shared(passages, tmp_path, monkeypatch):
+    """The indexer JVM maps its classes from the class-data sharing archive (made once per cache); switched off,
+    no option; a damaged archive costs the sharing, never the build (-Xshare:auto)."""
+    from retrievers import java
+    from retrievers.bm25 import BM25Retriever
+
+    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("QA_JAVA_CDS", raising=False)
+    monkeypatch.setattr(java, "_CDS_PROBLEM", [])
+    archive = java.class_data_archive()
+    assert archive is not None, java.jvm_info()["class_data_sharing_problem"]
+    assert Path(archive).parent == tmp_path / "cache" / "java" and Path(archive).stat().st_size > 1 << 20
+    assert java.class_data_archive() == archive and java.class_data_archive(create=False) == archive
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "d.jsonl").write_text('{"id": "a", "contents": "one small document"}\n')
+
+    def indexer(*extra):  # the command IndexCollectionRun runs, helper classes on the classpath
+        cmd = java.java_command("1g")
+        cmd[cmd.index("-cp") + 1] += os.pathsep + java.helper_classes()
+        return subprocess.run([cmd[0], *extra, *cmd[1:], "io.anserini.index.IndexCollection", "-collection",
+                               "JsonCollection", "-input", str(tmp_path / "in"), "-index", str(tmp_path / f"idx{len(extra)}"),
+                               "-generator", "DefaultLuceneDocumentGenerator", "-threads", "1"],
+                              capture_output=True, text=True, timeout=300)
+
+    proc = indexer("-Xshare:on", "-Xlog:class+load=info")  # -Xshare:on: the JVM exits if it cannot map the archive
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    sources = [line for line in proc.stdout.splitlines() if "source:" in line]
+    shared = sum("shared objects file" in line for line in sources)
+    assert shared > 0.9 * len(sources) and shared > 2000, (shared, len(sources))
+
+    monkeypatch.setenv("QA_JAVA_CDS", "0")
+    assert java.class_data_archive() is None and not any("SharedArchiveFile" in a for a in java.java_command())
+    monkeypatch.delenv("QA_JAVA_CDS")
+
+    Path(archive).write_bytes(b"not an archive" * 1000)  # damaged after it was made
+    assert "-XX:SharedArchiveFile=" + archive in java.java_command()
+    corpus, questions = passages
+    small = corpus.subset(np.arange(200))
+    r = BM25Retriever(threads=2, index_dir=str(tmp_path / "bm25")).index(small)
+    ranking = r.search(questions[:20], 10)
+    assert (ranking.ids[:, 0] >= 0).all()
+    r.close()
