@@ -5,6 +5,7 @@ import pytest
 
 import hardware
 from data.squad import load_squad_json
+from readers import extractive
 from readers.extractive import CPU_MAX_WINDOWS, CPU_TOKEN_BUDGET, CUDA_BATCH_SIZE, ExtractiveReader
 from tests.conftest import DATA, READER
 
@@ -58,3 +59,32 @@ def test_auto_precision_on_the_cpu_follows_native_bf16(capsys):
     else:
         assert "warning: reader dtype bfloat16 on a CPU without native bf16" in err
     assert forced.dtype_ == "bfloat16"
+
+
+def test_cpu_autocast_pads_spans_to_a_multiple_of_16_and_reads_what_exact_spans_read(pairs, monkeypatch):
+    """bf16 autocast on the CPU rounds each batch's span up (few matmul shapes, so oneDNN's per-shape kernel cache
+    stays small); the pad tokens are masked, so the reads are those of exact spans (bf16: equal answers but for
+    near-ties); float32 keeps exact spans."""
+    questions, passages = pairs
+    reader = ExtractiveReader(str(READER), device="cpu", dtype="bfloat16", progress=False).load()
+    spans: list[int] = []
+    hook = reader.model_.register_forward_pre_hook(lambda m, args, kw: spans.append(kw["input_ids"].shape[1]),
+                                                   with_kwargs=True)
+    rounded = reader.read_pairs(questions, passages)
+    assert spans and all(s % extractive.CPU_AUTOCAST_SPAN_MULTIPLE == 0 or s == max(spans) for s in spans)
+    rounded_spans = list(spans)
+    monkeypatch.setattr(extractive, "CPU_AUTOCAST_SPAN_MULTIPLE", 1)
+    spans.clear()
+    exact = reader.read_pairs(questions, passages)
+    assert any(s % 16 for s in spans)  # exact spans: the rounding above was not a no-op
+    assert sum(rounded_spans) >= sum(spans) and len(set(rounded_spans)) <= len(set(spans))
+    same = np.mean([a == b for a, b in zip(rounded.text, exact.text)])
+    assert same >= 0.95, same
+    close = np.abs(rounded.score - exact.score) < 0.25  # bf16 logits: a few hundredths apart
+    assert close.mean() >= 0.95
+    hook.remove()
+    f32 = ExtractiveReader(str(READER), device="cpu", dtype="float32", progress=False).load()
+    spans.clear()
+    f32.model_.register_forward_pre_hook(lambda m, args, kw: spans.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    f32.read_pairs(questions, passages)
+    assert any(s % 16 for s in spans)
