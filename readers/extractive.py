@@ -53,10 +53,10 @@ CPU_MAX_WINDOWS = 64
 CUDA_BATCH_SIZE = 64
 # Under bf16/fp16 autocast on the CPU, oneDNN JIT-compiles and caches a kernel per matmul shape (its primitive
 # cache holds 1,024): with spans of exact length a ReQA SQuAD dev run makes more shapes than that, and the cache
-# held 0.4-0.6 GB (main job peak RSS 2,323 MiB against 1,751 in float32, idle Intel Xeon with AMX).  Spans rounded
-# up to a multiple of 16 (an AMX tile's rows; masked pad tokens change no result) leave a few dozen shapes: 8,000
-# pairs read in bf16 peaked at 687 MB instead of 955 MB, in 34.5 s instead of 36.5 s.  Float32 keeps exact spans
-# (rounding there cost 11% of its speed).
+# grew by about 0.5 GB.  Spans rounded up to a multiple of 16 (an AMX tile's rows; masked pad tokens change no
+# result) leave a few dozen shapes: the README's main job peaked at 1,742 MiB instead of 2,323 MiB in bf16 on an
+# Intel Xeon with AMX (`/usr/bin/time -v`; float32 1,751 MiB), EM 0.4521 against 0.4519.  Float32 keeps exact
+# spans: it needs no rounding for memory, and padding only adds work there.
 CPU_AUTOCAST_SPAN_MULTIPLE = 16
 
 

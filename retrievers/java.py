@@ -101,9 +101,7 @@ def ensure_jvm() -> str:
             jnius_config.add_classpath(helper)
         if _has_module(java_home, "jdk.incubator.vector"):
             jnius_config.add_options("--add-modules=jdk.incubator.vector")
-        archive = class_data_archive(create=False)
-        if archive is not None:  # classes mapped, not loaded (-Xshare:auto: without it when it cannot be mapped)
-            jnius_config.add_options("-XX:SharedArchiveFile=" + archive, "-Xlog:cds=off", "-Xlog:cds+map=off")
+        jnius_config.add_options(*_sharing_options(class_data_archive(create=False)))
         jnius_config.add_options("-Xms256m", "-Xmx" + jvm_heap())
         _STARTED.update(heap=jvm_heap(), helper=helper)
     _enable_faulthandler_before_the_jvm()
@@ -231,10 +229,14 @@ def java_command(heap: str | None = None) -> list[str]:
     first use) the JVM maps its classes instead of loading them from the jar.
     """
     cmd = _java_base(heap)
-    archive = class_data_archive()
-    if archive is not None:  # (-Xshare:auto, the default: a JVM that cannot map it loads the classes as usual)
-        cmd[1:1] = ["-XX:SharedArchiveFile=" + archive, "-Xlog:cds=off", "-Xlog:cds+map=off"]
+    cmd[1:1] = _sharing_options(class_data_archive())
     return cmd
+
+
+def _sharing_options(archive: str | None) -> list[str]:
+    """JVM options that map ``archive`` (none without one); -Xshare:auto, the default: a JVM that cannot map it
+    loads its classes as usual, silently."""
+    return [] if archive is None else ["-XX:SharedArchiveFile=" + archive, "-Xlog:cds=off", "-Xlog:cds+map=off"]
 
 
 def _java_base(heap: str | None = None) -> list[str]:
