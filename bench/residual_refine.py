@@ -22,6 +22,16 @@ IVF list's 8-byte id, and the coarse centroids shared over the corpus; the
 ratio is to flat's 4 x dim bytes.  Only recall is measured (the bases' speed
 is in bench/dense_scale.py), so this bench need not run on an idle machine.
 
+Beside the recalls, a noise model says how precise any refine stage must be:
+the exact top ``4 k`` of each query with independent Gaussian noise of standard
+deviation sigma added to its scores keeps a fraction of the exact top ``k``
+that falls with sigma; the sigma at which it reaches the goal is set against
+each code's measured score error (its estimate minus the exact score on those
+same candidates, centred per query, since a per-query shift changes no
+ranking).  Every bit per dimension added to a code at best halves that error
+(rate-distortion: 6 dB a bit).  The model assumes the candidates hold the
+whole exact top ``k``; the candidate stage's own loss comes on top.
+
 The corpus is dense_scale's real-text corpus (SQuAD sentences recombined into
 ``--words``-word passages, MiniLM embeddings from the project's cache, encoded
 once; ``--queries`` SQuAD dev questions).
@@ -46,7 +56,8 @@ for p in (ROOT, ROOT / "bench"):
 from dense_scale import GOAL_MEMORY, GOAL_RECALL, SEED, parse_size, real_embeddings, recall  # noqa: E402
 
 DEFAULT_BASES = "IVF1024,PQ96x4fs;IVF1024,PQ192x4fs"
-DEFAULT_CODES = "PQ64;PQ96;PQ48x12"  # 8-bit PQ with M sub-quantizers, or PQ<M>x<bits>
+DEFAULT_CODES = "PQ64;PQ96;PQ48x12;PQ128"
+NOISE_SIGMAS = (0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.010, 0.012, 0.016)  # 8-bit PQ with M sub-quantizers, or PQ<M>x<bits>
 QUERY_BLOCK = 256
 
 
@@ -78,6 +89,33 @@ def refine_scores(pq, codes: np.ndarray, q: np.ndarray, cand: np.ndarray) -> np.
         dec = pq.decode(np.ascontiguousarray(codes[c.ravel()])).reshape(*c.shape, -1)
         out[lo : lo + QUERY_BLOCK] = np.einsum("qd,qkd->qk", q[lo : lo + QUERY_BLOCK], dec)
     return out
+
+
+def noise_tolerance(scores: np.ndarray, ids: np.ndarray, k: int, seed: int) -> list[tuple[float, float]]:
+    """``(sigma, recall@k)``: the exact top ``ids`` re-ordered by ``scores`` + N(0, sigma^2) noise."""
+    rng = np.random.default_rng(seed)
+    exact = ids[:, :k]
+    out = []
+    for sigma in NOISE_SIGMAS:
+        noisy = scores + rng.normal(0.0, sigma, scores.shape)
+        order = np.argsort(-noisy, axis=1, kind="stable")[:, :k]
+        out.append((sigma, recall(np.take_along_axis(ids, order, 1), exact)))
+    return out
+
+
+def sigma_at(curve: list[tuple[float, float]], goal: float) -> float:
+    """The noise sigma at which the recall of :func:`noise_tolerance` falls to ``goal`` (linear between points)."""
+    for (s0, r0), (s1, r1) in zip(curve, curve[1:]):
+        if r0 >= goal >= r1:
+            return s0 + (s1 - s0) * (r0 - goal) / (r0 - r1) if r0 != r1 else s0
+    return curve[0][0] if curve[0][1] < goal else curve[-1][0]
+
+
+def score_error(q: np.ndarray, vectors: np.ndarray, ids: np.ndarray, exact_scores: np.ndarray) -> float:
+    """Std of ``<q, vectors[ids]> - exact score``, centred per query (a per-query shift changes no ranking)."""
+    est = np.einsum("qd,qkd->qk", q, vectors[ids])
+    err = est - exact_scores
+    return float((err - err.mean(axis=1, keepdims=True)).std())
 
 
 def top_by(scores: np.ndarray, cand: np.ndarray, k: int) -> np.ndarray:
@@ -114,6 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     dim, k = shards.dim, args.k
     _, exact = flat_search(shards, q, k)
     x = shards.to_array()
+    # the noise model: how precise must a refine stage's scores be on the exact top 4k?
+    deep_scores, deep_ids = flat_search(shards, q, 4 * k)
+    curve = noise_tolerance(deep_scores, deep_ids, k, SEED)
+    sigma_goal = sigma_at(curve, GOAL_RECALL)
+    # how tightly the scores pack around rank k: the median query's k-th score minus its (1.5 k)-th
+    spread = float(np.median(deep_scores[:, k - 1] - deep_scores[:, (3 * k) // 2 - 1]))
+    print("noise model: " + ", ".join(f"sigma {s:.3f} -> {r:.4f}" for s, r in curve), file=sys.stderr)
+    probe = slice(0, min(len(q), 500))  # the queries whose candidates measure each code's score error
+    errors = []
     flat_bytes = 4 * dim
     rows = train_rows(n, min(n, 65536), SEED)
     out_rows = []
@@ -124,18 +171,22 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         recon = index.sa_decode(index.sa_encode(x))  # the base index's reconstruction of every vector
         residual = x - recon
-        del recon
         shared = (4 * dim * nlist) / n  # coarse centroids, per vector
         base_bytes = index.code_size if hasattr(index, "code_size") else faiss.extract_index_ivf(index).code_size
+        errors.append({"code": factory, "bytes": base_bytes + 8 + shared,
+                       "error": score_error(q[probe], recon, deep_ids[probe], deep_scores[probe])})
         codes = {}
         for spec in [s.strip() for s in args.codes.split(";") if s.strip()]:
             m, nbits = parse_code(spec, dim)
             res_pq = train_pq(residual, m, nbits, rows)
             raw_pq = train_pq(x, m, nbits, rows)
             codes[spec] = (res_pq, res_pq.compute_codes(residual), raw_pq, raw_pq.compute_codes(x))
+            errors.append({"code": f"{factory} + residual {spec}", "bytes": base_bytes + res_pq.code_size + 8 + shared,
+                           "error": score_error(q[probe], recon + res_pq.decode(codes[spec][1]), deep_ids[probe],
+                                                deep_scores[probe])})
         print(f"{factory}: residual codes trained in {time.perf_counter() - t0:.0f} s "
               f"(mean residual norm {float(np.linalg.norm(residual[:10000], axis=1).mean()):.3f})", file=sys.stderr)
-        del residual
+        del residual, recon
         for nprobe in [int(v) for v in args.nprobe.split(",")]:
             faiss.extract_index_ivf(index).nprobe = min(nprobe, nlist)
             _, alone = index.search(q, k)
@@ -156,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{factory} nprobe {nprobe} F {factor}: ceiling {row['exact_refine_recall']:.4f} "
                       + " ".join(f"{s} {c['residual_recall']:.4f}" for s, c in row["codes"].items()), file=sys.stderr)
         del index
-    text = table(out_rows, k)
+    text = table(out_rows, k) + "\n\n" + noise_table(curve, sigma_goal, spread, errors, flat_bytes, k)
     print(guard.header())
     print(text)
     _machine.finish(guard, allow_busy=True)  # recall only: the load changes no figure here
@@ -165,8 +216,11 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         cmd = "python bench/residual_refine.py " + " ".join(sys.argv[1:] if argv is None else argv)
         (out / "residual_refine.md").write_text(f"# {cmd}\n\n{guard.header()}\n\n{text}\n", encoding="utf-8")
-        (out / "residual_refine.json").write_text(json.dumps({"rows": out_rows, "machine": guard.as_dict()}, indent=1,
-                                                             default=float) + "\n", encoding="utf-8")
+        (out / "residual_refine.json").write_text(json.dumps({"rows": out_rows, "machine": guard.as_dict(),
+                                                             "noise_model": {"curve": curve, "sigma_goal": sigma_goal,
+                                                                             "median_score_spread_k_to_1.5k": spread},
+                                                             "score_errors": errors},
+                                                            indent=1, default=float) + "\n", encoding="utf-8")
     return 0
 
 
@@ -182,6 +236,22 @@ def table(rows: list[dict], k: int) -> str:
                    f"{r['exact_refine_recall']:.3f} | " + " | ".join(cells) + " |")
     out.append(f"\nrecall@{k} relative to exact search; goal {GOAL_RECALL} in <= {GOAL_MEMORY:.3f} of flat's bytes per vector "
                "(base code + refine code + 8-byte id + the coarse centroids' share)")
+    return "\n".join(out)
+
+
+def noise_table(curve, sigma_goal: float, spread: float, errors: list[dict], flat_bytes: int, k: int) -> str:
+    out = [f"Noise model: recall@{k} of the exact top {4 * k} re-ordered by score + N(0, sigma^2): "
+           + ", ".join(f"{s:.3f} -> {r:.3f}" for s, r in curve)
+           + f"; recall {GOAL_RECALL} at sigma = {sigma_goal:.4f}. The median query's score at rank {k} minus "
+           f"its score at rank {(3 * k) // 2}: {spread:.4f}.", "",
+           "| scores from | B/vec (/ flat) | score error sigma (centred per query) | / the noise model's sigma |",
+           "|---|---|---|---|"]
+    for e in errors:
+        ratio = e["error"] / sigma_goal
+        size = f"{e['bytes']:.0f} ({e['bytes'] / flat_bytes:.3f})"
+        out.append(f"| {e['code']} | {size} | {e['error']:.4f} | {ratio:.2f} |")
+    out.append("\nThe model assumes every exact top-k row among the candidates; the candidate stage's own loss "
+               "(base index, nprobe, F: the exact re-rank column above) comes on top.")
     return "\n".join(out)
 
 
