@@ -58,8 +58,8 @@ for p in (ROOT, ROOT / "bench"):
 from dense_scale import GOAL_MEMORY, GOAL_RECALL, SEED, parse_size, real_embeddings, recall  # noqa: E402
 
 DEFAULT_BASES = "IVF1024,PQ96x4fs;IVF1024,PQ192x4fs"
-DEFAULT_CODES = "PQ64;PQ96;PQ48x12;PQ128"
-NOISE_SIGMAS = (0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.010, 0.012, 0.016)  # 8-bit PQ with M sub-quantizers, or PQ<M>x<bits>
+DEFAULT_CODES = "PQ64;PQ96;PQ48x12;PQ128"  # 8-bit PQ with M sub-quantizers, or PQ<M>x<bits>
+NOISE_SIGMAS = (0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.010, 0.012, 0.016)
 QUERY_BLOCK = 256
 
 
@@ -113,7 +113,8 @@ def sigma_at(curve: list[tuple[float, float]], goal: float) -> float:
     return curve[0][0] if curve[0][1] < goal else curve[-1][0]
 
 
-def score_error(q: np.ndarray, vectors: np.ndarray, ids: np.ndarray, exact_scores: np.ndarray, k: int) -> tuple[float, float]:
+def score_error(q: np.ndarray, vectors: np.ndarray, ids: np.ndarray, exact_scores: np.ndarray,
+                k: int) -> tuple[float, float]:
     """On each query's exact top candidates ``ids``: the std of ``<q, vectors[ids]> - exact score``, centred per
     query (a per-query shift changes no ranking), and the recall@k of ordering them by ``<q, vectors[ids]>``
     (a perfect candidate stage re-ranked with these vectors)."""
@@ -159,10 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     shards, key, q = real_embeddings(n, args.words, args.queries, args.threads)
     q = np.ascontiguousarray(q, dtype=np.float32)
     dim, k = shards.dim, args.k
-    _, exact = flat_search(shards, q, k)
-    x = shards.to_array()
-    # the noise model: how precise must a refine stage's scores be on the exact top 4k?
+    # the exact top 4k (its first k: the exact top k, ties by row) and the noise model on it
     deep_scores, deep_ids = flat_search(shards, q, 4 * k)
+    exact = deep_ids[:, :k]
+    x = shards.to_array()
     curve = noise_tolerance(deep_scores, deep_ids, k, SEED)
     sigma_goal = sigma_at(curve, GOAL_RECALL)
     # how tightly the scores pack around rank k: the median query's k-th score minus its (1.5 k)-th
