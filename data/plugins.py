@@ -44,8 +44,9 @@ class Registry(Generic[T]):
         self._plugins: dict[str, metadata.EntryPoint] | None = None
 
     # -- registration ---------------------------------------------------------
-    def register(self, name: str, item: T | None = None):
-        """``registry.register("top", TopN)`` or as a decorator ``@registry.register("top")``."""
+    def register(self, name: str, item: T | str | None = None):
+        """``registry.register("top", TopN)``, ``registry.register("top", "selection.top:TopN")`` (imported on
+        first use, so a registry never imports the modules it names) or as a decorator ``@registry.register("top")``."""
         if item is None:
             def decorate(obj: T) -> T:
                 self._items[name] = obj
@@ -75,7 +76,14 @@ class Registry(Generic[T]):
 
     def find(self, name: str) -> T | None:
         if name in self._items:
-            return self._items[name]
+            item = self._items[name]
+            if isinstance(item, str) and ":" in item:  # "module:attribute", imported on first use
+                module, _, attr = item.partition(":")
+                import importlib
+
+                item = getattr(importlib.import_module(module), attr)
+                self._items[name] = item
+            return item
         ep = self.plugins().get(name)
         if ep is None:
             return None
