@@ -34,6 +34,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from data import locations
 from data.errors import UserError
 from data.types import Dataset, Queries
 
@@ -64,9 +65,7 @@ def _load(split, *, data_dir, data_file, arg, hub, prefix) -> Dataset:
     local = _local_dir(arg, data_dir, data_file)
     if local is not None:
         return read_beir_dir(local, split, name=name)
-    if data_dir is None and os.environ.get("QA_DATA_DIR"):
-        data_dir = Path(os.environ["QA_DATA_DIR"])
-    where = Path(data_dir) / arg if data_dir else Path("$QA_DATA_DIR") / arg
+    where = locations.shown_dir(data_dir) / arg
     message = (f"{name}: no local BEIR copy at {where} (create it with corpus.jsonl[.gz], queries.jsonl[.gz],"
                f" qrels/{split}.tsv)")
     if hub_offline():
@@ -87,8 +86,7 @@ def _local_dir(arg: str, data_dir: Path | None, data_file: Path | None) -> Path 
         return Path(data_file)
     if Path(arg).is_dir() and (os.sep in arg or arg.startswith(".")):
         return Path(arg)
-    if data_dir is None and os.environ.get("QA_DATA_DIR"):
-        data_dir = Path(os.environ["QA_DATA_DIR"])
+    data_dir = locations.data_dir(data_dir)
     if data_dir is not None:
         for cand in (arg, arg.lower()):
             p = Path(data_dir) / cand

@@ -49,13 +49,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 from urllib.parse import parse_qs, urlparse
 
+from data import locations
 from data.errors import UserError
 from data.io import remembered_sha256_file
 from data.types import Dataset
@@ -319,8 +319,7 @@ def iter_nq_records(files: Iterable[Path]) -> Iterator[dict]:
 
 
 def _local_nq(split: str, data_dir: Path | None) -> Path | None:
-    if data_dir is None and os.environ.get("QA_DATA_DIR"):
-        data_dir = Path(os.environ["QA_DATA_DIR"])
+    data_dir = locations.data_dir(data_dir)
     if data_dir is None:
         return None
     for rel in NQ_LOCAL[split]:
@@ -370,7 +369,7 @@ def nq_squad(split: str, *, data_dir: Path | None = None, data_file: Path | None
 def _nq_squad_from_hub(split: str, data_dir: Path | None, stats: dict) -> tuple[dict, dict]:
     from data.beir import hub_offline
 
-    where = Path(data_dir) if data_dir else Path("$QA_DATA_DIR")
+    where = locations.shown_dir(data_dir)
     message = (
         f"reqa_nq {split}: Natural Questions not found: put the original-format shards {NQ_SHARDS[split]}"
         f" (NQ v1.0 release, v1.0/{split}/) in {where / 'nq' / split}/, or pass --data-file FILE_OR_DIR"
@@ -397,8 +396,8 @@ def load_reqa_nq(split: str, *, data_dir: Path | None = None, data_file: Path | 
     ``dataset.sources`` holds the input checksums and the conversion counts
     (``nq_records``, ``nq_kept``, ``nq_<skip reason>``).
     """
+    from data.cache import cached_build
     from data.reqa import build_reqa
-    from data.registry import cached_build
 
     if split not in NQ_LOCAL:
         raise UserError(f"reqa_nq has no split {split!r}; use dev or train")

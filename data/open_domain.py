@@ -42,7 +42,8 @@ POOL_SPLITS = ("dev", "train")
 # ------------------------------------------------------------------- loader
 def load_squad_open(split, *, data_dir, data_file, arg=None, skip_bad_records=False) -> Dataset:
     """``squad_open`` / ``squad_open:own``: SQuAD questions over a paragraph corpus (see module doc)."""
-    from data.registry import cached_build, squad_dict
+    from data.cache import cached_build
+    from data.squad import squad_dict
 
     if split not in POOL_SPLITS:
         raise UserError(f"squad_open has no split {split!r}; use dev or train")
@@ -56,7 +57,7 @@ def load_squad_open(split, *, data_dir, data_file, arg=None, skip_bad_records=Fa
     digests = [files[s][1] for s in pool_splits]
 
     def build():
-        from data.registry import load_squad_any
+        from data.squad import load_squad_any
 
         squads, sources = {}, {}
         for s in pool_splits:
@@ -438,11 +439,12 @@ def load_open_questions(source, split: str, *, data_dir=None, data_file=None, sk
     if data_file is not None:
         path, fmt = Path(data_file), source.format
     elif source.kind == "squad":
-        from data.registry import squad_dict
+        from data.locations import shown_dir
+        from data.squad import squad_dict
 
         path, _ = squad_dict(split, data_dir=data_dir, data_file=None)
         if path is None:
-            raise UserError(f"open: questions squad: no SQuAD v1.1 {split} file under {data_dir or '$QA_DATA_DIR'}")
+            raise UserError(f"open: questions squad: no SQuAD v1.1 {split} file under {shown_dir(data_dir)}")
         fmt = "squad"
     else:
         path, fmt = Path(source.path.replace("{split}", split)), source.format

@@ -1,47 +1,120 @@
-"""Dataset names -> loaders, and where local files are found.
+"""Dataset names -> loaders (:data:`DATASETS`), and :func:`load_dataset`, the single entry point.
 
-``load_dataset(name, split)`` is the single entry point.  A name is either a
-plain dataset name (``reqa_squad``) or a prefix with an argument
-(``squad_file:PATH``, ``beir:scifact``).  Every loader follows the same rule:
-an explicit ``data_file`` wins; else the file is looked up in ``data_dir`` or
-in the directory named by ``QA_DATA_DIR`` (laid out like ``../shared/data``);
-else the Hugging Face hub is tried (online users); else a one-line error says
-exactly which file to put where.
+A dataset name is a registered loader's name (``reqa_squad``), or that name
+and an argument after a colon (``squad_file:PATH``, ``beir:scifact``), which
+the loader receives as ``arg``.  Whether a name takes an argument:
+
+* built-ins, as listed in :data:`ARGUMENTS`: ``squad_file:``, ``beir:``,
+  ``mteb:`` and ``open:`` need one, ``squad_open`` takes one or none, the
+  others none;
+* any other loader (a plugin, or one registered with ``DATASETS.register``),
+  from its signature: no ``arg`` parameter -> none; ``arg`` without a default
+  -> required; ``arg=None`` -> optional (``foo`` and ``foo:ARG``).
+
+The loader contract::
+
+    fn(split, *, data_dir, data_file, arg, skip_bad_records[, language]) -> data.types.Dataset
+
+``split`` is ``dev``/``train``/``test`` (``validation``/``valid``/``val`` are
+passed as ``dev``); ``data_dir`` is the data dir (``--data-dir``, else
+``$QA_DATA_DIR``: :func:`data.locations.data_dir`, None when neither is set);
+``data_file`` an explicit input file or None; ``skip_bad_records`` asks to
+drop and count malformed records rather than fail; ``language`` (``en``/``th``)
+is passed only to loaders that have that parameter, and only when
+``--language`` names one.  A loader raises :class:`data.errors.UserError` (one
+line) for anything the user must fix.  Every built-in follows the same rule
+for its input: an explicit ``data_file`` wins; else the file is looked up in
+the data dir (laid out like ``../shared/data``); else the Hugging Face hub is
+tried (online users); else a one-line error says exactly which file to put
+where.  Built datasets are cached with :func:`data.cache.cached_build`.
+
+Third-party loaders register through the entry-point group
+``qa_retrieval_eval.datasets`` (see :mod:`data.plugins`); a built-in name
+wins over a plugin of the same name.  :func:`load_dataset` checks what every
+loader returns (a non-empty corpus and query set, the requested language).
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import os
-import pickle
 from pathlib import Path
+from typing import Callable
 
+from data.cache import BUILD_VERSION, cached_build  # noqa: F401  (importable from here, as before)
 from data.errors import UserError
+from data import locations
+from data.locations import find_local  # noqa: F401
+from data.plugins import Registry
+from data.squad import (SQUAD_FILES, load_squad_any, load_squad_counted, records_to_squad,  # noqa: F401
+                        squad_dict, squad_from_hub)
 from data.types import LANGUAGES, Dataset
 
-# name or "prefix:" -> "module:function"; each is called as
-# fn(split, *, data_dir, data_file, arg, skip_bad_records) -> Dataset
-LOADERS: dict[str, str] = {
-    "reqa_squad": "data.registry:load_reqa_squad",
-    "squad_file:": "data.registry:load_squad_file",
-    "squad_open": "data.open_domain:load_squad_open",
-    "squad_open:": "data.open_domain:load_squad_open",
-    "reqa_nq": "data.nq:load_reqa_nq",
-    "beir:": "data.beir:load_beir",
-    "mteb:": "data.beir:load_mteb",
-    "iapp_wiki_qa_squad": "data.thai:load_iapp",
-    "open:": "data.open_domain:load_open",
-}
+Loader = Callable[..., Dataset]
 
-# Bump when a builder changes what it produces: it invalidates cached datasets.
-BUILD_VERSION = "2"  # 2: sentence-level contexts are a RowParagraphs view
+DATASETS: Registry[Loader] = Registry("datasets", what="dataset")
+
+# Whether a built-in name takes an argument (``name:ARG``): "none", "optional" or "required".
+ARGUMENTS: dict[str, str] = {}
+
+
+def _builtin(name: str, target: str, argument: str = "none") -> None:
+    DATASETS.register(name, target)  # "module:function", imported on first use
+    ARGUMENTS[name] = argument
+
+
+_builtin("reqa_squad", "data.squad_datasets:load_reqa_squad")
+_builtin("squad_file", "data.squad_datasets:load_squad_file", "required")
+_builtin("squad_open", "data.open_domain:load_squad_open", "optional")
+_builtin("reqa_nq", "data.nq:load_reqa_nq")
+_builtin("beir", "data.beir:load_beir", "required")
+_builtin("mteb", "data.beir:load_mteb", "required")
+_builtin("iapp_wiki_qa_squad", "data.thai:load_iapp")
+_builtin("open", "data.open_domain:load_open", "required")
+
+default_data_dir = locations.data_dir  # the one QA_DATA_DIR lookup (as it was named here)
 
 SPLIT_ALIASES = {"validation": "dev", "valid": "dev", "val": "dev"}
 
 
 def dataset_names() -> list[str]:
-    return sorted(k + ("NAME" if k.endswith(":") else "") for k in LOADERS)
+    """The registered dataset names, built-in and plugin (without their ``:ARG`` part)."""
+    return DATASETS.names()
+
+
+def dataset_forms() -> list[str]:
+    """The names as written on a command line: ``beir:NAME``, ``squad_open[:NAME]``, ``reqa_squad``..."""
+    suffix = {"none": "", "optional": "[:NAME]", "required": ":NAME"}
+    return [name + suffix[ARGUMENTS.get(name, "none")] for name in DATASETS.names()]
+
+
+def argument_rule(name: str, loader: Loader) -> str:
+    """``none``, ``optional`` or ``required``: whether dataset ``name`` takes ``name:ARG`` (see the module doc)."""
+    if name in ARGUMENTS:
+        return ARGUMENTS[name]
+    try:
+        param = inspect.signature(loader).parameters.get("arg")
+    except (TypeError, ValueError):  # no signature to read: let the loader decide
+        return "optional"
+    if param is None:
+        return "none"
+    return "required" if param.default is inspect.Parameter.empty else "optional"
+
+
+def resolve(name: str) -> tuple[Loader, str | None]:
+    """The loader of dataset ``name`` and its argument (None without one); one-line errors otherwise."""
+    base, colon, arg = str(name).partition(":")
+    if base not in DATASETS.names():
+        raise UserError(f"unknown dataset {name!r} (known: {', '.join(dataset_forms())})")
+    try:
+        loader = DATASETS.get(base)
+    except (ImportError, AttributeError) as e:
+        raise UserError(f"dataset {name!r}: its loader is not available ({type(e).__name__}: {e})") from None
+    rule = argument_rule(base, loader)
+    if colon and rule == "none":
+        raise UserError(f"unknown dataset {name!r}: {base} takes no argument (use {base})")
+    if not arg and rule == "required":
+        raise UserError(f"unknown dataset {name!r}: {base} needs an argument, as in {base}:NAME")
+    return loader, (arg or None)
 
 
 def load_dataset(
@@ -65,23 +138,20 @@ def load_dataset(
     """
     split = SPLIT_ALIASES.get(split, split)
     language = check_language(language)
-    target, arg = _resolve(name)
-    module, func = target.split(":")
-    try:
-        loader = getattr(importlib.import_module(module), func)
-    except (ImportError, AttributeError) as e:
-        raise UserError(f"dataset {name!r}: its loader {target} is not available ({e})") from None
+    loader, arg = resolve(name)
     kwargs = {}
     if language is not None and "language" in inspect.signature(loader).parameters:
         kwargs["language"] = language
     ds = loader(
         split,
-        data_dir=Path(data_dir) if data_dir else default_data_dir(),
+        data_dir=locations.data_dir(data_dir),
         data_file=Path(data_file) if data_file else None,
         arg=arg,
         skip_bad_records=skip_bad_records,
         **kwargs,
     )
+    if not isinstance(ds, Dataset):
+        raise UserError(f"dataset {name!r}: its loader returned {type(ds).__name__}, not a data.types.Dataset")
     if language is not None and ds.corpus.language != language:
         raise UserError(f"--language {language}: dataset {name!r} is {ds.corpus.language!r} text "
                         "(--language applies to squad_file: and open: datasets)")
@@ -109,173 +179,10 @@ def check_language(language: str | None) -> str | None:
     return code
 
 
-def _resolve(name: str) -> tuple[str, str | None]:
-    if name in LOADERS:
-        return LOADERS[name], None
-    if ":" in name:
-        prefix, arg = name.split(":", 1)
-        if prefix + ":" in LOADERS and arg:
-            return LOADERS[prefix + ":"], arg
-    raise UserError(f"unknown dataset {name!r}; known: {', '.join(dataset_names())}")
+def __getattr__(name: str):
+    """``load_reqa_squad`` / ``load_squad_file`` stay importable from here (they live in :mod:`data.squad_datasets`)."""
+    if name in ("load_reqa_squad", "load_squad_file"):
+        import importlib
 
-
-def default_data_dir() -> Path | None:
-    env = os.environ.get("QA_DATA_DIR")
-    return Path(env) if env else None
-
-
-def find_local(data_dir: Path | None, candidates: list[str]) -> Path | None:
-    """The first of ``candidates`` (paths relative to the data dir) that exists."""
-    if data_dir is None:
-        return None
-    for rel in candidates:
-        p = Path(data_dir) / rel
-        if p.is_file():
-            return p
-    return None
-
-
-def cached_build(key_parts: list, build):
-    """Return ``build()``, cached on disk under a content key (pickled Dataset)."""
-    from data.io import atomic_path, cache_dir, sha256_text
-
-    key = sha256_text(BUILD_VERSION, *key_parts)[:24]
-    path = cache_dir("datasets") / f"{key}.pkl"
-    if path.is_file():
-        try:
-            with open(path, "rb") as f:
-                return pickle.load(f)
-        except Exception:  # a partial or corrupt entry is rebuilt, never served
-            path.unlink(missing_ok=True)
-    ds = build()
-    try:
-        with atomic_path(path) as tmp:
-            with open(tmp, "wb") as f:
-                pickle.dump(ds, f, protocol=pickle.HIGHEST_PROTOCOL)
-    except UserError:
-        pass  # an unwritable cache only costs time
-    return ds
-
-
-# --------------------------------------------------------------------- SQuAD
-SQUAD_FILES = {
-    "dev": ["squad/dev-v1.1.json", "squad/dev-v1.1.json.zip", "squad/dev-v1.1.json.gz"],
-    "train": [
-        "squad/train-v1.1.json",
-        "squad/train-v1.1.json.gz",
-        "squad/train-v1.1.json.zip",
-        "squad/train-v1.1.reconstructed.json.gz",
-    ],
-}
-
-
-def squad_dict(split: str, *, data_dir: Path | None, data_file: Path | None, skip_bad_records: bool = False):
-    """The SQuAD v1.1 dict for ``split`` and its source file checksums."""
-    from data.io import sha256_file
-
-    if split not in SQUAD_FILES:
-        raise UserError(f"SQuAD has no split {split!r}; use dev or train")
-    path = data_file or find_local(data_dir, SQUAD_FILES[split])
-    if path is not None:
-        return path, sha256_file(path)
-    return None, None
-
-
-def load_squad_counted(path: Path, digest: str, skip_bad_records: bool = False) -> tuple[dict, dict]:
-    """A local SQuAD file and its sources; with ``skip_bad_records``, how many records were skipped."""
-    from data.squad import load_squad_json
-
-    stats: dict = {}
-    squad = load_squad_json(path, skip_bad_records=skip_bad_records, stats=stats)
-    sources = {str(path): digest}
-    if skip_bad_records:
-        sources["skipped_records"] = stats.get("skipped_records", 0)
-    return squad, sources
-
-
-def load_squad_any(split: str, *, data_dir, data_file, skip_bad_records=False) -> tuple[dict, dict]:
-    """Load SQuAD v1.1 (local file, else the hub); returns (squad dict, sources)."""
-    path, digest = squad_dict(split, data_dir=data_dir, data_file=data_file)
-    if path is not None:
-        return load_squad_counted(path, digest, skip_bad_records)
-    try:
-        return squad_from_hub(split), {"hf:squad": split}
-    except Exception as e:  # offline, or the datasets library cannot reach the hub
-        where = data_dir or "$QA_DATA_DIR"
-        raise UserError(
-            f"SQuAD v1.1 {split} not found: put {SQUAD_FILES[split][0]} (or .zip/.gz) under {where}"
-            f" (set QA_DATA_DIR or --data-dir), or pass --data-file; the hub was not reachable ({type(e).__name__})"
-        ) from None
-
-
-def squad_from_hub(split: str) -> dict:
-    """SQuAD v1.1 from the Hugging Face ``squad`` dataset, regrouped into SQuAD JSON."""
-    import datasets
-
-    rows = datasets.load_dataset("squad", split={"dev": "validation", "train": "train"}[split])
-    return records_to_squad(rows)
-
-
-def records_to_squad(rows) -> dict:
-    """Flat (id, title, context, question, answers{text, answer_start}) records -> SQuAD dict."""
-    articles: dict[str, dict[str, list]] = {}
-    for r in rows:
-        paras = articles.setdefault(r.get("title", ""), {})
-        qas = paras.setdefault(r["context"], [])
-        ans = r["answers"]
-        qas.append(
-            {
-                "id": str(r["id"]),
-                "question": r["question"],
-                "answers": [{"text": t, "answer_start": int(s)} for t, s in zip(ans["text"], ans["answer_start"])],
-            }
-        )
-    return {
-        "data": [
-            {"title": t, "paragraphs": [{"context": c, "qas": q} for c, q in paras.items()]}
-            for t, paras in articles.items()
-        ]
-    }
-
-
-def load_reqa_squad(split, *, data_dir, data_file, arg=None, skip_bad_records=False) -> Dataset:
-    """ReQA SQuAD (Ahmad et al. 2019): see :mod:`data.reqa`."""
-    from data.reqa import build_reqa
-
-    path, digest = squad_dict(split, data_dir=data_dir, data_file=data_file)
-
-    def build():
-        squad, sources = load_squad_any(split, data_dir=data_dir, data_file=data_file, skip_bad_records=skip_bad_records)
-        return build_reqa(squad, name="reqa_squad", split=split, sources=sources)
-
-    if digest is None:
-        return build()
-    return cached_build(["reqa_squad", split, digest, skip_bad_records], build)
-
-
-def load_squad_file(split, *, data_dir, data_file, arg=None, skip_bad_records=False, language=None) -> Dataset:
-    """Any SQuAD v1.1-format file as a ReQA-style sentence dataset (``squad_file:PATH``).
-
-    A file whose paragraphs are mostly Thai script (XQuAD-th, iapp-style files)
-    is split with the Thai rules (:func:`data.thai.build_thai_reqa`) and marked
-    ``language="th"`` (BM25 then pre-tokenizes with newmm).  ``language``
-    (``--language``) replaces the detection: ``th`` splits with the Thai rules,
-    any other code with ReQA's splitter and marks the dataset that language.
-    """
-    from data.io import sha256_file
-    from data.reqa import build_reqa
-    from data.thai import build_thai_reqa, squad_language
-
-    path = Path(arg)
-    if not path.is_file():
-        raise UserError(f"{path}: no such file (dataset squad_file:{arg})")
-    digest = sha256_file(path)
-
-    def build():
-        squad, sources = load_squad_counted(path, digest, skip_bad_records)
-        lang = language or squad_language(squad)
-        if lang == "th":
-            return build_thai_reqa(squad, name=f"squad_file:{path.name}", split=split, sources=sources)
-        return build_reqa(squad, name=f"squad_file:{path.name}", split=split, sources=sources, language=lang)
-
-    return cached_build(["squad_file", digest, skip_bad_records, f"language-{language}" if language else "language-detected"], build)
+        return getattr(importlib.import_module("data.squad_datasets"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,8 +1,11 @@
-"""Read SQuAD v1.1-format files (plain JSON, .gz or .zip) and validate them.
+"""Read SQuAD v1.1-format files (plain JSON, .gz or .zip), validate them, and find SQuAD v1.1 itself.
 
 Every problem is reported as one line naming the file and the field, e.g.
 ``dev.json: data[3].paragraphs[0].qas[2].answers[0].answer_start: 912 is
 outside the context (length 640)``.
+
+SQuAD v1.1's own splits are looked up under the data dir (:data:`SQUAD_FILES`,
+see :mod:`data.locations`), else on the Hugging Face hub (:func:`load_squad_any`).
 """
 
 from __future__ import annotations
@@ -123,3 +126,88 @@ def _tname(typ) -> str:
     if isinstance(typ, tuple):
         return " or ".join(t.__name__ for t in typ)
     return typ.__name__
+
+
+# ------------------------------------------------------------ SQuAD v1.1 itself
+SQUAD_FILES = {
+    "dev": ["squad/dev-v1.1.json", "squad/dev-v1.1.json.zip", "squad/dev-v1.1.json.gz"],
+    "train": [
+        "squad/train-v1.1.json",
+        "squad/train-v1.1.json.gz",
+        "squad/train-v1.1.json.zip",
+        "squad/train-v1.1.reconstructed.json.gz",
+    ],
+}
+
+
+def squad_dict(split: str, *, data_dir: Path | None, data_file: Path | None,
+               skip_bad_records: bool = False) -> tuple[Path | None, str | None]:
+    """The local SQuAD v1.1 file for ``split`` (``data_file``, else found under the data dir) and its sha256.
+
+    ``(None, None)`` when there is no local file (the hub is then the only source).
+    """
+    from data.io import sha256_file
+    from data.locations import find_local
+
+    if split not in SQUAD_FILES:
+        raise UserError(f"SQuAD has no split {split!r}; use dev or train")
+    path = data_file or find_local(data_dir, SQUAD_FILES[split])
+    if path is not None:
+        return path, sha256_file(path)
+    return None, None
+
+
+def load_squad_counted(path: Path, digest: str, skip_bad_records: bool = False) -> tuple[dict, dict]:
+    """A local SQuAD file and its sources; with ``skip_bad_records``, how many records were skipped."""
+    stats: dict = {}
+    squad = load_squad_json(path, skip_bad_records=skip_bad_records, stats=stats)
+    sources: dict = {str(path): digest}
+    if skip_bad_records:
+        sources["skipped_records"] = stats.get("skipped_records", 0)
+    return squad, sources
+
+
+def load_squad_any(split: str, *, data_dir, data_file, skip_bad_records=False) -> tuple[dict, dict]:
+    """Load SQuAD v1.1 (local file, else the hub); returns (squad dict, sources)."""
+    from data.locations import shown_dir
+
+    path, digest = squad_dict(split, data_dir=data_dir, data_file=data_file)
+    if path is not None:
+        return load_squad_counted(path, digest, skip_bad_records)
+    try:
+        return squad_from_hub(split), {"hf:squad": split}
+    except Exception as e:  # offline, or the datasets library cannot reach the hub
+        raise UserError(
+            f"SQuAD v1.1 {split} not found: put {SQUAD_FILES[split][0]} (or .zip/.gz) under {shown_dir(data_dir)}"
+            f" (set QA_DATA_DIR or --data-dir), or pass --data-file; the hub was not reachable ({type(e).__name__})"
+        ) from None
+
+
+def squad_from_hub(split: str) -> dict:
+    """SQuAD v1.1 from the Hugging Face ``squad`` dataset, regrouped into SQuAD JSON."""
+    import datasets
+
+    rows = datasets.load_dataset("squad", split={"dev": "validation", "train": "train"}[split])
+    return records_to_squad(rows)
+
+
+def records_to_squad(rows) -> dict:
+    """Flat (id, title, context, question, answers{text, answer_start}) records -> SQuAD dict."""
+    articles: dict[str, dict[str, list]] = {}
+    for r in rows:
+        paras = articles.setdefault(r.get("title", ""), {})
+        qas = paras.setdefault(r["context"], [])
+        ans = r["answers"]
+        qas.append(
+            {
+                "id": str(r["id"]),
+                "question": r["question"],
+                "answers": [{"text": t, "answer_start": int(s)} for t, s in zip(ans["text"], ans["answer_start"])],
+            }
+        )
+    return {
+        "data": [
+            {"title": t, "paragraphs": [{"context": c, "qas": q} for c, q in paras.items()]}
+            for t, paras in articles.items()
+        ]
+    }

@@ -37,12 +37,12 @@ for Thai BM25 (pre-tokenized text) and Thai EM/F1.
 from __future__ import annotations
 
 import json
-import os
 import re
 import zipfile
 from pathlib import Path
 from typing import Iterable
 
+from data import locations
 from data.errors import UserError
 from data.types import Dataset
 
@@ -219,10 +219,9 @@ def _local_iapp(data_dir: Path | None, data_file: Path | None) -> Path | None:
         if not Path(data_file).is_file():
             raise UserError(f"{data_file}: no such file")
         return Path(data_file)
-    if data_dir is None and os.environ.get("QA_DATA_DIR"):
-        data_dir = Path(os.environ["QA_DATA_DIR"])
+    data_dir = locations.data_dir(data_dir)
     if data_dir is not None:
-        p = Path(data_dir) / IAPP_NAME / "data.zip"
+        p = data_dir / IAPP_NAME / "data.zip"
         if p.is_file():
             return p
     return None
@@ -254,7 +253,7 @@ def iapp_squad(split: str, *, data_dir: Path | None = None, data_file: Path | No
         return iapp_records_to_squad(read_iapp_file(path, split), stats, where=str(path)), {str(path): sha256_file(path)}
     from data.beir import hub_offline
 
-    where = Path(data_dir) if data_dir else Path("$QA_DATA_DIR")
+    where = locations.shown_dir(data_dir)
     message = (f"{IAPP_NAME} {split}: put the dataset's data.zip (data/train.jsonl, data/valid.jsonl, data/test.jsonl)"
                f" at {where / IAPP_NAME / 'data.zip'}, or pass --data-file")
     if hub_offline():
@@ -308,8 +307,8 @@ def build_thai_reqa(squad: dict, *, name: str, split: str, sources: dict | None 
 def load_iapp(split: str, *, data_dir: Path | None = None, data_file: Path | None = None, arg: str | None = None,
               skip_bad_records: bool = False) -> Dataset:
     """Registry loader for ``iapp_wiki_qa_squad`` (train, validation/dev, test) as a Thai ReQA dataset."""
+    from data.cache import cached_build
     from data.io import sha256_file
-    from data.registry import cached_build
 
     split = _split(split)
     path = _local_iapp(data_dir, data_file)
