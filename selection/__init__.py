@@ -3,7 +3,7 @@
 from selection.base import Selector
 from selection.oracle import Oracle
 from selection.ordinal import Ordinal
-from selection.parse import SELECTORS, parse_selector, selector_from_dict
+from selection.registry import SELECTORS, parse_selector, selector_from_dict, selector_names, selector_usage
 from selection.threshold import Threshold
 from selection.top import TopN
 
@@ -16,4 +16,6 @@ __all__ = [
     "SELECTORS",
     "parse_selector",
     "selector_from_dict",
+    "selector_names",
+    "selector_usage",
 ]

@@ -10,7 +10,12 @@ reader reads.  It is a small scikit-learn-style estimator:
 * ``predict(scores [Q, K], first_relevant_rank=None) -> int64 [Q]`` with
   values in ``1..K`` (only the oracle reads ``first_relevant_rank``);
 * ``to_dict()`` / ``selector_from_dict()``: JSON-able parameters *and* fitted
-  state, saved with a run so it can be reloaded and re-applied exactly.
+  state, saved with a run so it can be reloaded and re-applied exactly;
+* declared properties ``learned``, ``needs_gold``, ``max_depth`` and a
+  ``spec`` string derived from ``method`` and the constructor parameters.
+
+This module imports nothing from ``selection.registry`` (names -> classes):
+the selectors depend on it, never the other way round.
 
 Scores are rows sorted by descending score, as in ``retrievers.types.Ranking``;
 non-finite scores (NaN, -inf: padding where a query has fewer than K results)
@@ -19,20 +24,40 @@ count as "no result".
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, ClassVar
 
 import numpy as np
 
 from data.errors import UserError
+from data.plugins import parameters
 
 
 class Selector:
-    """Base class; subclasses set ``method`` and implement ``predict``."""
+    """Base class; subclasses set ``method`` and implement ``predict`` (and ``fit`` when ``learned``).
+
+    What a driver may rely on, declared rather than guessed:
+
+    * ``method``: the registered name, the first word of the spec (``top``);
+    * ``usage``: the spec syntax shown in errors and help (``threshold:θ[,τ]``):
+      the name, then the leading constructor parameters a spec gives by
+      position, ``[...]`` around the optional ones; derived from the
+      constructor when empty.  Every constructor parameter may also be given
+      as ``key=value`` (``threshold:0.8,normalization=sum``);
+    * ``learned``: ``fit`` must see training data before ``predict``;
+    * ``needs_gold``: ``predict`` reads ``first_relevant_rank``;
+    * ``max_depth``: the most passages it can select (None: up to the
+      retrieval depth), i.e. how deep a driver has to retrieve and read.
+    """
 
     method: ClassVar[str] = ""
+    usage: ClassVar[str] = ""
+    learned: ClassVar[bool] = False
+    needs_gold: ClassVar[bool] = False
 
     # -- estimator protocol ---------------------------------------------------
     def fit(self, scores: np.ndarray, first_relevant_rank: np.ndarray) -> "Selector":
+        self._check()
         check_scores(scores)
         check_ranks(first_relevant_rank, len(scores))
         return self
@@ -41,16 +66,59 @@ class Selector:
         raise NotImplementedError
 
     def _check(self):
-        """Validate constructor parameters (UserError naming the spec); subclasses extend."""
+        """Validate constructor parameters (UserError ``selector <spec>: ...``); subclasses extend."""
         return None
 
     @property
+    def max_depth(self) -> int | None:
+        """The most passages this selector may select per query; None: any number up to the retrieval depth."""
+        return None
+
+    # -- parameters and spec --------------------------------------------------
+    @classmethod
+    def spec_usage(cls) -> str:
+        """``usage``, or one derived from the constructor: ``name[:a[,b]]`` (parameters with defaults optional)."""
+        if cls.usage:
+            return cls.usage
+        params = list(parameters(cls).values())
+        required = [p.name for p in params if p.default is inspect.Parameter.empty]
+        optional = [p.name for p in params if p.default is not inspect.Parameter.empty]
+        text = cls.method + (":" + ",".join(required) if required else "")
+        tail = ""
+        for i, name in enumerate(optional):
+            sep = ":" if (not required and i == 0) else ","
+            tail += "[" + sep + name
+        return text + tail + "]" * len(optional)
+
+    @classmethod
+    def spec_arity(cls) -> tuple[int, int]:
+        """(fewest, most) positional arguments a spec takes, from ``spec_usage()``."""
+        counts = [_form_arity(form) for form in usage_forms(cls.spec_usage())]
+        return min(counts), max(counts)
+
+    @property
     def spec(self) -> str:
-        """The ``parse_selector`` string that builds this selector (unfitted)."""
-        raise NotImplementedError
+        """The ``parse_selector`` string that builds this selector (unfitted).
+
+        ``method``, then the positional parameters of the longest usage form
+        (always written: ``threshold:0.8,25``), then any other parameter that
+        differs from its default as ``key=value``.
+        """
+        params = parameters(type(self))
+        _, most = self.spec_arity()
+        values = self.get_params()
+        names = list(params)
+        args = [_spec_value(values.get(name), params[name]) for name in names[:most]]
+        for name in names[most:]:
+            default = params[name].default
+            value = values.get(name)
+            if default is inspect.Parameter.empty or not _same(value, default):
+                args.append(f"{name}={_spec_value(value, params[name])}")
+        return self.method + (":" + ",".join(args) if args else "")
 
     def get_params(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The constructor parameters, read back from the attributes of the same names (scikit-learn style)."""
+        return {name: getattr(self, name) for name in parameters(type(self))}
 
     def fitted_state(self) -> dict[str, Any]:
         """JSON-able fitted parameters (empty for unlearned selectors)."""
@@ -66,16 +134,71 @@ class Selector:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Selector":
-        from selection.parse import selector_from_dict
-
-        selector = selector_from_dict(d)
-        if cls is not Selector and not isinstance(selector, cls):
-            raise UserError(f"selector dict has method {d.get('method')!r}, expected {cls.method!r}")
+        """Inverse of ``to_dict`` for this class (``selection.selector_from_dict`` looks the class up by name)."""
+        if cls is Selector or not cls.method:
+            raise UserError("Selector.from_dict: call it on a selector class, or use selection.selector_from_dict")
+        method = d.get("method") if isinstance(d, dict) else d
+        if method != cls.method:
+            raise UserError(f"selector dict has method {method!r}, expected {cls.method!r}")
+        params = d.get("params") or {}
+        try:
+            selector = cls(**params)
+        except TypeError as e:
+            raise UserError(f"selector dict for {cls.method!r}: bad params {params} ({e})") from None
+        selector._check()
+        selector.set_fitted_state(d.get("fitted") or {})
         return selector
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({params})"
+
+
+def usage_forms(usage: str) -> list[str]:
+    """The spec forms a usage string allows: ``threshold:θ[,τ]`` -> ``["threshold:θ", "threshold:θ,τ"]``."""
+    start = usage.find("[")
+    if start < 0:
+        return [usage]
+    depth = 0
+    for end in range(start, len(usage)):
+        depth += {"[": 1, "]": -1}.get(usage[end], 0)
+        if depth == 0:
+            break
+    head, inner, tail = usage[:start], usage[start + 1:end], usage[end + 1:]
+    return usage_forms(head + tail) + usage_forms(head + inner + tail)
+
+
+def _form_arity(form: str) -> int:
+    _, colon, rest = form.partition(":")
+    return len(rest.split(",")) if colon and rest else 0
+
+
+def _same(value: Any, default: Any) -> bool:
+    if isinstance(value, str) != isinstance(default, str) or isinstance(value, bool) != isinstance(default, bool):
+        return False
+    try:
+        return bool(value == default)
+    except Exception:  # e.g. an array: never "the default"
+        return False
+
+
+def _spec_value(value: Any, param: inspect.Parameter) -> str:
+    """A parameter as spec text that reads back as the same value (``0.8``, ``25``, ``sum``, ``true``).
+
+    A value of the wrong type (``tau=True``, only ever seen in an error
+    message) is written as Python writes it.
+    """
+    annotation = param.annotation if isinstance(param.annotation, str) else getattr(param.annotation, "__name__", "")
+    if isinstance(value, (bool, np.bool_)):
+        return ("true" if value else "false") if "bool" in annotation else str(bool(value))
+    if value is None:
+        return "none" if "None" in annotation or param.default is None else "None"
+    floaty = annotation == "float" or (isinstance(param.default, float) and not isinstance(param.default, bool))
+    if isinstance(value, (int, np.integer)) and not floaty:
+        return str(int(value))
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return repr(float(value))
+    return str(value)
 
 
 def check_scores(scores) -> np.ndarray:

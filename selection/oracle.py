@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from data.errors import UserError
@@ -19,16 +17,10 @@ class Oracle(Selector):
     """
 
     method = "oracle"
+    needs_gold = True
 
     def __init__(self):
         pass
-
-    @property
-    def spec(self) -> str:
-        return "oracle"
-
-    def get_params(self) -> dict[str, Any]:
-        return {}
 
     def predict(self, scores, first_relevant_rank=None) -> np.ndarray:
         scores = check_scores(scores)

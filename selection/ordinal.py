@@ -57,6 +57,8 @@ class Ordinal(Selector):
     """Adaptive n from a learned first-relevant-rank predictor (paper §4.2)."""
 
     method = "ordinal"
+    usage = "ordinal[:τ]"
+    learned = True
 
     def __init__(
         self,
@@ -71,11 +73,8 @@ class Ordinal(Selector):
         self.normalization = normalization
 
     @property
-    def spec(self) -> str:
-        return f"ordinal:{self.tau}"
-
-    def get_params(self) -> dict[str, Any]:
-        return {"tau": self.tau, "offset": self.offset, "alpha": self.alpha, "normalization": self.normalization}
+    def max_depth(self) -> int:
+        return self._check()
 
     def _check(self) -> int:
         if isinstance(self.tau, bool) or not isinstance(self.tau, (int, np.integer)) or self.tau < 1:

@@ -20,8 +20,6 @@ past a query's real results.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from data.errors import UserError
@@ -32,18 +30,11 @@ DEFAULT_TAU = 25
 _TOLERANCE = 1e-9
 
 
-def _number(x) -> str:
-    """Shortest text that reads back as the same float (``0.8``, not ``np.float64(0.8)``)."""
-    try:
-        return repr(float(x))
-    except (TypeError, ValueError):
-        return str(x)
-
-
 class Threshold(Selector):
     """Adaptive n from cumulative normalized retrieval confidence (paper §4.1)."""
 
     method = "threshold"
+    usage = "threshold:θ[,τ]"
 
     def __init__(self, theta: float = 0.8, tau: int = DEFAULT_TAU, normalization: str = "softmax"):
         self.theta = theta
@@ -51,11 +42,8 @@ class Threshold(Selector):
         self.normalization = normalization
 
     @property
-    def spec(self) -> str:
-        return f"threshold:{_number(self.theta)},{self.tau}"
-
-    def get_params(self) -> dict[str, Any]:
-        return {"theta": self.theta, "tau": self.tau, "normalization": self.normalization}
+    def max_depth(self) -> int:
+        return self._check()[1]
 
     def _check(self) -> tuple[float, int]:
         theta, tau = self.theta, self.tau
@@ -66,10 +54,6 @@ class Threshold(Selector):
         if self.normalization not in NORMALIZATIONS:
             raise UserError(f"selector {self.spec}: normalization must be one of {', '.join(NORMALIZATIONS)}")
         return float(theta), int(tau)
-
-    def fit(self, scores, first_relevant_rank) -> "Threshold":
-        self._check()
-        return super().fit(scores, first_relevant_rank)
 
     def confidences(self, scores) -> np.ndarray:
         """The normalized top-τ confidences [Q, τ] that the cut-off is taken on."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from data.errors import UserError
@@ -14,25 +12,19 @@ class TopN(Selector):
     """n = N for every query, clipped to K (the number of results retrieved)."""
 
     method = "top"
+    usage = "top:N"
 
     def __init__(self, n: int = 1):
         self.n = n
 
     @property
-    def spec(self) -> str:
-        return f"top:{self.n}"
-
-    def get_params(self) -> dict[str, Any]:
-        return {"n": self.n}
+    def max_depth(self) -> int:
+        return self._check()
 
     def _check(self) -> int:
         if isinstance(self.n, bool) or not isinstance(self.n, (int, np.integer)) or self.n < 1:
-            raise UserError(f"selector top:{self.n}: n must be an integer >= 1")
+            raise UserError(f"selector {self.spec}: n must be an integer >= 1")
         return int(self.n)
-
-    def fit(self, scores, first_relevant_rank) -> "TopN":
-        self._check()
-        return super().fit(scores, first_relevant_rank)
 
     def predict(self, scores, first_relevant_rank=None) -> np.ndarray:
         n = self._check()

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data.errors import UserError
-from selection import SELECTORS, Oracle, Ordinal, Selector, Threshold, TopN
+from selection import SELECTORS, Oracle, Ordinal, Selector, Threshold, TopN, selector_from_dict
 from selection.base import check_ranks, check_scores, normalize_scores, valid_counts
 
 NAN, NEG_INF = float("nan"), float("-inf")
@@ -239,15 +239,15 @@ def test_to_dict_from_dict_round_trip_every_selector(index):
     saved = json.loads(json.dumps(sel.to_dict()))
     assert saved["method"] == sel.method and saved["spec"] == sel.spec
     assert saved["params"] == sel.get_params() and saved["fitted"] == sel.fitted_state()
-    for loader in (Selector, type(sel)):
-        loaded = loader.from_dict(saved)
+    for loader in (selector_from_dict, type(sel).from_dict):
+        loaded = loader(saved)
         assert type(loaded) is type(sel)
         assert loaded.to_dict() == saved
     scores = np.array([[9.0, 4.0, 2.0, 1.0, 0.5, 0.0], [3.0, 3.0, 2.5, NEG_INF, NEG_INF, NEG_INF]])
     ranks = np.array([2, 6])
     if sel.method == "ordinal" and not sel.fitted_state():
         return
-    np.testing.assert_array_equal(Selector.from_dict(saved).predict(scores, ranks), sel.predict(scores, ranks))
+    np.testing.assert_array_equal(selector_from_dict(saved).predict(scores, ranks), sel.predict(scores, ranks))
 
 
 def test_subclass_from_dict_rejects_another_method():
@@ -266,5 +266,5 @@ def test_repr_names_the_class_and_its_params_and_evaluates_back():
     for sel in _fitted_examples():
         text = repr(sel)
         assert text.startswith(type(sel).__name__ + "(")
-        again = eval(text, {cls.__name__: cls for cls in SELECTORS.values()})
+        again = eval(text, {cls.__name__: cls for _, cls in SELECTORS.items()})
         assert type(again) is type(sel) and again.get_params() == sel.get_params()

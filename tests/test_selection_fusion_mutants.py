@@ -137,7 +137,7 @@ def test_threshold_tau_one_and_numpy_tau():
 
 
 def test_threshold_rejects_unknown_normalization():
-    with pytest.raises(UserError, match=r"^selector threshold:0\.5,25: normalization must be one of softmax, sum$"):
+    with pytest.raises(UserError, match=r"^selector threshold:0\.5,25,normalization=minmax: normalization must be one of softmax, sum$"):
         Threshold(0.5, normalization="minmax").predict(np.zeros((1, 3)))
     with pytest.raises(UserError, match="normalization must be one of"):
         Threshold(0.5, normalization="minmax").confidences(np.zeros((1, 3)))
@@ -241,16 +241,16 @@ def test_parse_builds_each_selector(spec, cls, params):
         ("top", r"^selector 'top': expected top:N$"),
         ("top:", r"^selector 'top:': expected top:N$"),
         ("top:1,2", r"^selector 'top:1,2': expected top:N$"),
-        ("top:x", r"^selector 'top:x': N must be an integer, got 'x'$"),
+        ("top:x", r"^selector 'top:x' option n: expected an integer, got 'x'$"),
         ("top:0", r"^selector 'top:0': n must be an integer >= 1$"),
         ("threshold", r"^selector 'threshold': expected threshold:θ or threshold:θ,τ$"),
         ("threshold:0.1,2,3", r"^selector 'threshold:0.1,2,3': expected threshold:θ or threshold:θ,τ$"),
-        ("threshold:high", r"^selector 'threshold:high': θ must be a number, got 'high'$"),
-        ("threshold:0.5,many", r"^selector 'threshold:0.5,many': τ must be an integer, got 'many'$"),
+        ("threshold:high", r"^selector 'threshold:high' option theta: expected a number, got 'high'$"),
+        ("threshold:0.5,many", r"^selector 'threshold:0.5,many' option tau: expected an integer, got 'many'$"),
         ("threshold:2", r"^selector 'threshold:2': θ must be a number in \[0, 1\]$"),
         ("threshold:0.5,0", r"^selector 'threshold:0.5,0': τ must be an integer >= 1$"),
         ("ordinal:1,2", r"^selector 'ordinal:1,2': expected ordinal or ordinal:τ$"),
-        ("ordinal:x", r"^selector 'ordinal:x': τ must be an integer, got 'x'$"),
+        ("ordinal:x", r"^selector 'ordinal:x' option tau: expected an integer, got 'x'$"),
         ("oracle:1", r"^selector 'oracle:1': oracle takes no parameters$"),
         ("best:3", r"^selector 'best:3': unknown method 'best' \(expected one of top:N, threshold:θ\[,τ\], ordinal\[:τ\], oracle\)$"),
     ],
@@ -332,7 +332,7 @@ def test_rrf_equals_the_formula_of_cormack_et_al(member_rows, rrf_k, k, data):
     n_m = len(member_rows)
     weights = data.draw(st.none() | st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0]), min_size=n_m, max_size=n_m).filter(any))
     rankings = [_ranking(rows, 10) for rows in member_rows]
-    fused = reciprocal_rank_fusion(rankings, k=k, rrf_k=rrf_k, weights=weights)
+    fused = reciprocal_rank_fusion(rankings, k=k, rank_constant=rrf_k, weights=weights)
     ref = _reference_rrf(member_rows, rrf_k, weights or [1.0] * n_m)
     _check_fused_against(ref, fused, k)
 
@@ -342,12 +342,12 @@ def test_rrf_defaults_and_rejections():
     fused = reciprocal_rank_fusion([_ranking(rows[0], 20)])
     assert fused.ids.shape == (1, 10)  # default k = 10
     np.testing.assert_allclose(fused.scores[0, :2], [1 / 61, 1 / 62], rtol=1e-6)  # default constant 60
-    assert reciprocal_rank_fusion([_ranking([[4]], 1)], k=1, rrf_k=0).scores[0, 0] == 1.0
+    assert reciprocal_rank_fusion([_ranking([[4]], 1)], k=1, rank_constant=0).scores[0, 0] == 1.0
     with pytest.raises(UserError, match=r"^rrf: needs at least one ranking$"):
         reciprocal_rank_fusion([])
     for bad in (-1e-6, float("nan"), float("inf")):
-        with pytest.raises(UserError, match=r"^rrf: k must be a finite non-negative number, got "):
-            reciprocal_rank_fusion([_ranking([[1]], 1)], rrf_k=bad)
+        with pytest.raises(UserError, match=r"^rrf: rank_constant must be a finite non-negative number, got "):
+            reciprocal_rank_fusion([_ranking([[1]], 1)], rank_constant=bad)
     with pytest.raises(UserError, match=r"^rrf: 1 weights given for 2"):
         reciprocal_rank_fusion([_ranking([[1]], 1)] * 2, weights=[1])
 
@@ -375,20 +375,20 @@ def test_rrf_retriever_fuses_each_members_top_depth():
 
 def test_rrf_retriever_config_and_rejections():
     data, members = _toy_members()
-    rrf = RRFRetriever(members, k=10, weights=[2, 1])
+    rrf = RRFRetriever(members, rank_constant=10, weights=[2, 1])
     assert rrf.name == "rrf(a+b)" and rrf.method == "rrf"
-    assert rrf.to_dict() == {"method": "rrf", "name": "rrf(a+b)", "k": 10.0, "depth": 100, "weights": [2.0, 1.0],
+    assert rrf.to_dict() == {"method": "rrf", "name": "rrf(a+b)", "rank_constant": 10.0, "depth": 100, "weights": [2.0, 1.0],
                              "members": [{"name": "a"}, {"name": "b"}]}
     d = RRFRetriever(members).to_dict()
-    assert d["k"] == 60.0 and d["depth"] == 100 and d["weights"] is None
+    assert d["rank_constant"] == 60.0 and d["depth"] == 100 and d["weights"] is None
     rrf.index(data.corpus)
     texts = data.queries.texts
     rows = [[[int(i) for i in r.ids[q] if i >= 0] for q in range(len(texts))] for r in (m.search(texts, 100) for m in members)]
     _check_fused_against(_reference_rrf(rows, 10.0, [2.0, 1.0]), rrf.search(texts, 8), 8)
-    assert RRFRetriever(members, k=0).k == 0.0
+    assert RRFRetriever(members, rank_constant=0).rank_constant == 0.0
     for bad in (-1, float("nan"), float("inf")):
-        with pytest.raises(UserError, match=r"^rrf: k must be a finite non-negative number, got "):
-            RRFRetriever(members, k=bad)
+        with pytest.raises(UserError, match=r"^rrf: rank_constant must be a finite non-negative number, got "):
+            RRFRetriever(members, rank_constant=bad)
     with pytest.raises(UserError, match=r"^rrf depth: expected a positive integer"):
         RRFRetriever(members, depth=0)
     with pytest.raises(UserError, match=r"^rrf: 1 weights given"):
@@ -576,11 +576,11 @@ def test_ordinal_defaults_and_parameter_checks():
         (dict(tau=0), r"^selector ordinal:0: τ must be an integer >= 1$"),
         (dict(tau=True), r"^selector ordinal:True: τ must be an integer >= 1$"),
         (dict(tau=2.0), r"^selector ordinal:2.0: τ must be an integer >= 1$"),
-        (dict(tau=3, offset=1.5), r"^selector ordinal:3: offset b must be an integer, got 1.5$"),
-        (dict(tau=3, offset=True), r"^selector ordinal:3: offset b must be an integer, got True$"),
-        (dict(tau=3, alpha=0), r"^selector ordinal:3: alpha must be > 0, got 0$"),
-        (dict(tau=3, alpha="1"), r"^selector ordinal:3: alpha must be > 0, got '1'$"),
-        (dict(tau=3, normalization="l2"), r"^selector ordinal:3: normalization must be one of softmax, sum$"),
+        (dict(tau=3, offset=1.5), r"^selector ordinal:3,offset=1\.5: offset b must be an integer, got 1.5$"),
+        (dict(tau=3, offset=True), r"^selector ordinal:3,offset=True: offset b must be an integer, got True$"),
+        (dict(tau=3, alpha=0), r"^selector ordinal:3,alpha=0\.0: alpha must be > 0, got 0$"),
+        (dict(tau=3, alpha="1"), r"^selector ordinal:3,alpha=1: alpha must be > 0, got '1'$"),
+        (dict(tau=3, normalization="l2"), r"^selector ordinal:3,normalization=l2: normalization must be one of softmax, sum$"),
     ]
     scores, ranks = _ordinal_data()
     for kwargs, message in cases:
