@@ -46,79 +46,6 @@ def main_guard(main: Callable[[list[str] | None], int]) -> Callable[[list[str] |
     return wrapped
 
 
-TEXT_FIELDS = ["sentence", "sentence+context", "context"]
-READER_DTYPES = ["auto", "float32", "bfloat16", "float16"]
-
-
-def add_source_args(group) -> None:
-    """Where a dataset comes from (``pipeline.run`` and ``pipeline.sweep``)."""
-    group.add_argument("--split", default="dev")
-    group.add_argument("--data-dir", help="local data directory (default: $QA_DATA_DIR)")
-    group.add_argument("--data-file", help="explicit dataset file")
-    group.add_argument("--skip-bad-records", action="store_true", help="skip (and count) invalid records instead of failing")
-    group.add_argument("--language", default="auto", help="language of squad_file: and open: datasets: auto (squad_file: detected"
-                       " from the text, open: English), en or th (Thai: ReQA sentences split with the Thai rules, BM25"
-                       " pre-tokenized with newmm, Thai answer metrics)")
-    group.add_argument("--answer-match", choices=["string", "regex"], help="open: datasets: how an answer-bearing passage is decided (string: DPR has_answer; regex: CuratedTREC patterns); default: the dataset spec's")
-
-
-def add_retriever_options(group) -> None:
-    """Options of the retrievers a ``--retriever`` spec names (BM25, dense, fusion)."""
-    group.add_argument("--bm25-k1", type=float, default=0.9)
-    group.add_argument("--bm25-b", type=float, default=0.4)
-    group.add_argument("--bm25-field", default="sentence", choices=TEXT_FIELDS)
-    group.add_argument("--bm25-index", metavar="DIR|NAME", help="search this existing Lucene index (a directory, e.g. built by"
-                       " python -m pyserini.index.lucene, or a Pyserini prebuilt index name such as wikipedia-dpr-100w) instead"
-                       " of building one; its document ids are matched to the corpus ids")
-    group.add_argument("--encoder", help="dense encoder name or path (default all-MiniLM-L6-v2, offline)")
-    group.add_argument("--dense-field", default="sentence", choices=TEXT_FIELDS)
-    group.add_argument("--dense-index", default="flat", metavar="flat|hnsw|FACTORY",
-                       help="dense index: flat (exact), hnsw, or a FAISS index_factory string, e.g. IVF4096,PQ64 "
-                            "(trained on a seeded sample, cached)")
-    group.add_argument("--dense-train-sample", type=int, help="corpus rows a FAISS factory index is trained on "
-                       "(default max(65536, 64 x nlist), at most the corpus; seeded by --seed)")
-    group.add_argument("--nprobe", type=int, help="IVF lists searched per query (default 2 x sqrt(nlist))")
-    group.add_argument("--ef-search", type=int, help="HNSW search breadth efSearch (default 128)")
-    group.add_argument("--dense-refine", type=float, metavar="K_FACTOR", help="re-rank a factory index's top K_FACTOR x k "
-                       "by exact inner products read from the memory-mapped corpus embeddings (through the page cache; no second copy in memory)")
-    group.add_argument("--dense-index-dir", help="prebuilt FAISS index to search instead of encoding the corpus: a directory "
-                       "in Pyserini's layout (index + docid) or a Pyserini prebuilt dense index name")
-    group.add_argument("--query-prompt", help="dense query prompt: a prompt name of the model or a literal prefix; '' for none"
-                       " (default: the model's config_sentence_transformers.json prompts, else its family's, e.g. e5 'query: ')")
-    group.add_argument("--passage-prompt", help="dense passage prompt, as --query-prompt (e5: 'passage: ');"
-                       " per member of a fused spec: dense:MODEL[query_prompt=...,passage_prompt=...]")
-    group.add_argument("--fusion-opt", action="append", default=[], metavar="KEY=VALUE", help="option of a fused retriever (repeatable)")
-
-
-def dense_prompt_options(args) -> dict:
-    """The dense retriever options ``--query-prompt`` / ``--passage-prompt`` set (none when not given)."""
-    return {k: getattr(args, k) for k in ("query_prompt", "passage_prompt") if getattr(args, k, None) is not None}
-
-
-def dense_index_options(args) -> dict:
-    """The dense retriever options the FAISS index flags set (none when not given)."""
-    names = {"dense_train_sample": "train_sample", "nprobe": "nprobe", "ef_search": "hnsw_ef_search", "dense_index_dir": "index_dir",
-             "dense_refine": "refine"}
-    return {opt: getattr(args, flag) for flag, opt in names.items() if getattr(args, flag, None) is not None}
-
-
-def add_reader_options(group) -> None:
-    """How the extractive reader reads (windows, spans, batches, precision, score interpolation, cache)."""
-    group.add_argument("--max-length", type=int, default=384)
-    group.add_argument("--stride", type=int, default=128)
-    group.add_argument("--max-answer-tokens", type=int, default=30)
-    group.add_argument("--reader-batch-size", type=int, default=None,
-                       help="most windows per forward pass (default: 64 on CUDA, 64 on the CPU under the token budget; "
-                            "halved on CUDA out-of-memory)")
-    group.add_argument("--reader-token-budget", type=int,
-                       help="cap windows x padded length per forward pass (default: 1024 on the CPU, none on CUDA)")
-    group.add_argument("--reader-dtype", default="auto", choices=READER_DTYPES,
-                       help="reader precision: auto (bf16/fp16 autocast on CUDA; on the CPU bf16 where it has native bf16, else float32), float32, "
-                            "bfloat16 (autocast; fast on CPUs with native bf16), float16")
-    group.add_argument("--mu", type=float, default=1.0, help="BERTserini interpolation: (1-mu)*retriever + mu*reader")
-    group.add_argument("--read-cache", help="directory of cached reads (default: <out>/reads)")
-
-
 def load_config(path: str | None) -> dict[str, Any]:
     """Flags from a YAML or TOML file (keys are flag names, ``-`` or ``_``)."""
     if not path:
@@ -282,10 +209,6 @@ def write_manifest(out: Path, *, command: str, config: dict, seed: int | None, s
     return manifest
 
 
-def jsonable_config(args: argparse.Namespace) -> dict:
-    return {k: v for k, v in sorted(vars(args).items()) if k != "config" or v}
-
-
 def retrieval_levels(metrics: dict) -> list[tuple[str, str]]:
     """(key under ``metrics["retrieval"]["reqa"]``, label) of the retrieval levels worth showing.
 
@@ -317,3 +240,107 @@ def print_table(rows: list[tuple[str, Any]], title: str | None = None, file=None
 
 def dump_json_line(obj) -> str:
     return json.dumps(obj, ensure_ascii=False)
+
+
+# ------------------------------------------------- typed configs from flags
+class CommandParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one ``error:`` line (via ``main_guard``), not usage text."""
+
+    def error(self, message: str):
+        raise UserError(f"{self.prog}: {message} (see --help)")
+
+
+def config_parser(model_cls, prog: str, description: str) -> argparse.ArgumentParser:
+    """The command-line parser of a config class: one flag per setting that declares one, grouped by section.
+
+    Flags default to "not given" (``argparse.SUPPRESS``), so only what the
+    user typed overrides a config file; help shows each setting's default.
+    """
+    import typing
+
+    from pipeline.config import walk_fields
+
+    p = CommandParser(prog=prog, description=description)
+    p.add_argument("--config", help="YAML or TOML file: settings by field path (retriever: {bm25: {k1: 1.2}}) or flag name")
+    groups: dict[str, Any] = {}
+    for path, info in walk_fields(model_cls):
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        flag = extra.get("flag")
+        if not flag:
+            continue
+        section = path[0] if len(path) > 1 else "run"
+        group = groups.setdefault(section, p.add_argument_group(section))
+        dest = flag.lstrip("-").replace("-", "_")
+        help_text = info.description or ""
+        default = info.get_default(call_default_factory=True)
+        kwargs: dict[str, Any] = {"dest": dest, "default": argparse.SUPPRESS}
+        ann = info.annotation
+        args = [a for a in typing.get_args(ann) if a is not type(None)] or [ann]
+        base = args[0] if len(args) == 1 else ann
+        if base is bool:
+            kwargs["action"] = "store_true"
+        elif typing.get_origin(base) is dict:
+            kwargs.update(action="append", metavar=extra.get("metavar") or "KEY=VALUE")
+        else:
+            if typing.get_origin(base) is typing.Literal:
+                kwargs["choices"] = list(typing.get_args(base))
+            elif base in (int, float):
+                kwargs["type"] = base
+            if extra.get("metavar"):
+                kwargs["metavar"] = extra["metavar"]
+            if default not in (None, [], {}) and "default" not in help_text:
+                shown = ",".join(default) if isinstance(default, list) else default
+                help_text = f"{help_text} (default: {shown})" if help_text else f"default: {shown}"
+        group.add_argument(flag, help=help_text.replace("%", "%%") or None, **kwargs)
+    return p
+
+
+def config_from_argv(model_cls, argv: list[str] | None, prog: str, description: str):
+    """``(config, flags)``: the typed config built from ``--config FILE`` and the flags given (flags win),
+    and the flat flag-name view of every setting (recorded in manifests)."""
+    from pipeline.config import build_config, flag_table, merge, parse_key_values, read_config_file, set_path, tree_from_file
+
+    parser = config_parser(model_cls, prog, description)
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit as e:  # --help
+        if e.code not in (0, None):
+            raise SystemExit(2)
+        raise
+    given = {k: v for k, v in vars(ns).items() if k != "config"}
+    tree: dict = {}
+    origin: dict = {}
+    if getattr(ns, "config", None):
+        tree, origin = tree_from_file(model_cls, read_config_file(ns.config), str(ns.config))
+    flags = flag_table(model_cls)
+    over: dict = {}
+    for dest, value in given.items():
+        path = flags[dest]
+        flag = "--" + dest.replace("_", "-")
+        if dest == "fusion_opt":
+            value = parse_key_values(value, "--fusion-opt")
+        elif dest.startswith("no_"):
+            value = not value
+        set_path(over, path, value)
+        origin[path] = flag
+    config = build_config(model_cls, merge(tree, over), origin)
+    return config, flag_view(config)
+
+
+def flag_view(config) -> dict:
+    """Every setting under its flag name (``bm25_k1``), as the manifests recorded before configs were typed."""
+    from pipeline.config import flag_table
+
+    out = {}
+    for dest, path in sorted(flag_table(type(config)).items()):
+        value = config
+        for key in path:
+            value = getattr(value, key)
+        if dest.startswith("no_"):
+            value = not value
+        elif dest == "fusion_opt":
+            value = [f"{k}={v}" for k, v in value.items()]
+        elif isinstance(value, list):
+            value = ",".join(value)
+        out[dest] = value
+    return out

@@ -66,19 +66,19 @@ class EngineReader:
         return self.engine.read_pairs(self.reader, questions, passages, cache)
 
 
-def make_engine(args) -> Any:
-    """The engine named by ``--engine`` (Ray options from ``--ray-*`` / ``RAY_ADDRESS``)."""
-    name = getattr(args, "engine", "local") or "local"
+def make_engine(config=None, *, device: str = "auto") -> Any:
+    """The engine a :class:`pipeline.config.EngineConfig` names (default: this process)."""
+    name = config.name if config is not None else "local"
     if name == "local":
         return LocalEngine()
     if name == "ray":
         from pipeline.ray_engine import RayEngine
 
         return RayEngine(
-            address=getattr(args, "ray_address", None),
-            actors=getattr(args, "ray_actors", 2),
-            gpus_per_actor=getattr(args, "ray_gpus_per_actor", 0.0),
-            cpus_per_actor=getattr(args, "ray_cpus_per_actor", 1.0),
-            device=getattr(args, "device", "auto"),
+            address=config.ray_address,
+            actors=config.ray_actors,
+            gpus_per_actor=config.ray_gpus_per_actor,
+            cpus_per_actor=config.ray_cpus_per_actor,
+            device=device,
         )
     raise UserError(f"--engine {name!r}: use {' or '.join(ENGINES)}")

@@ -10,59 +10,57 @@ import numpy as np
 from data.errors import UserError
 from data.io import write_json, write_jsonl
 from pipeline import stages
+from pipeline.config import ReaderConfig, RunConfig
 
 
-def selector_depth(selector, default: int = 25) -> int:
-    """How many passages the selector may ask for (the N read at most)."""
-    for attr in ("n", "tau"):
-        value = getattr(selector, attr, None)
-        if isinstance(value, (int, np.integer)) and value > 0:
-            return int(value)
-    return default
+DEFAULT_SELECTOR_DEPTH = 25  # passages an unbounded selector (the oracle) may read
 
 
-def make_reader(args):
-    """The extractive reader of ``--reader`` (nothing loaded yet); chunks of ``$QA_SHARD_ROWS`` pairs."""
+def selector_depth(selector, default: int = DEFAULT_SELECTOR_DEPTH) -> int:
+    """How many passages the selector may ask for (the N read at most): its declared ``max_depth``."""
+    return int(selector.max_depth or default)
+
+
+def make_reader(reader: ReaderConfig, *, device: str = "auto", threads: int | None = None, pairs_per_chunk: int | None = None):
+    """The extractive reader a :class:`pipeline.config.ReaderConfig` describes (nothing loaded yet).
+
+    Reads reach the read cache every ``pairs_per_chunk`` pairs (default ``$QA_SHARD_ROWS``).
+    """
     from readers.extractive import ExtractiveReader
     from retrievers.dense import default_shard_rows
 
     return ExtractiveReader(
-        model=args.reader,
-        max_length=args.max_length,
-        stride=args.stride,
-        max_answer_tokens=args.max_answer_tokens,
-        batch_size=args.reader_batch_size,
-        max_batch_tokens=getattr(args, "reader_token_budget", None),
-        device=args.device,
-        dtype=getattr(args, "reader_dtype", "auto"),
-        num_threads=getattr(args, "threads", None),
-        pairs_per_chunk=default_shard_rows(),
+        model=reader.model,
+        max_length=reader.max_length,
+        stride=reader.stride,
+        max_answer_tokens=reader.max_answer_tokens,
+        batch_size=reader.batch_size,
+        max_batch_tokens=reader.token_budget,
+        device=device,
+        dtype=reader.dtype,
+        num_threads=threads,
+        pairs_per_chunk=pairs_per_chunk or default_shard_rows(),
     )
 
 
-def fit_selector(selector, args, train, retriever_factory, depth: int, timer) -> None:
+def fit_selector(selector, train, retriever_factory, depth: int, read_unit: str, train_limit: int | None, timer) -> None:
     """Fit a learned selector on the training split's rankings (never the evaluated split)."""
     from data.types import limit_queries
 
     if train is None:
-        raise UserError(f"selector {selector.spec} is learned: it needs --train-split")
+        raise UserError(f"selector {selector.spec} is learned: it needs a training split (--train-split)")
     with timer("selector_fit"):
-        train = limit_queries(train, args.train_limit)
-        rows = stages.unique_question_rows(train.queries)
-        retriever = retriever_factory()
-        ranking = stages.retrieve(retriever, train, depth, train=train)
-        ranking, queries = ranking.subset(rows), train.queries.subset(rows)
-        passages = stages.passages_for(ranking, train.corpus, depth, args.read_unit)
-        bearing = stages.answer_bearing(passages, queries.answers, train.queries.language,
-                                        match=queries.answer_match, corpus=train.corpus)
-        selector.fit(passages.retriever_scores, stages.first_true(bearing, none=depth))
+        train = limit_queries(train, train_limit)
+        ranking = stages.retrieve(retriever_factory(), train, depth, train=train)
+        stages.fit_selector(selector, train, ranking, depth, read_unit)
 
 
-def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer, out: Path, reader=None,
+def run_reader(config: RunConfig, dataset, ranking, selector, train, retriever_factory, timer, out: Path, reader=None,
                engine=None, stage: Path | None = None) -> dict:
     """Select, read, answer and score; writes predictions.json and details.jsonl into ``stage`` (default ``out``).
 
-    Reads are cached in ``--read-cache`` (default ``<out>/reads``, so a rerun
+    ``config`` gives the reader, metrics and selector-training settings.
+    Reads are cached in ``reader.read_cache`` (default ``<out>/reads``, so a rerun
     of the same command resumes from the chunks already read) and run on
     ``engine`` (default: this process).  Returns ``{"metrics": ..., "info":
     ...}``; ``info`` (reads done and reused) belongs in the manifest, never in
@@ -75,15 +73,15 @@ def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer
     engine = engine or LocalEngine()
     stage = Path(stage) if stage is not None else out
     from readers.extractive import ReadCache
-    from selection import Ordinal
 
     corpus, queries = dataset.corpus, dataset.queries
     rows = stages.unique_question_rows(queries)
     qs, rk = queries.subset(rows), ranking.subset(rows)
     depth = min(selector_depth(selector), ranking.depth)
-    if isinstance(selector, Ordinal):
-        fit_selector(selector, args, train, retriever_factory, depth, timer)
-    passages = stages.passages_for(rk, corpus, depth, args.read_unit)
+    rc = config.reader
+    if selector.learned:
+        fit_selector(selector, train, retriever_factory, depth, rc.read_unit, config.data.train_limit, timer)
+    passages = stages.passages_for(rk, corpus, depth, rc.read_unit)
     bearing = stages.answer_bearing(passages, qs.answers, queries.language, match=qs.answer_match, corpus=corpus)
     first_rel = stages.first_true(bearing, none=depth)
     n = selector.predict(passages.retriever_scores, first_relevant_rank=first_rel)
@@ -94,18 +92,13 @@ def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer
         retriever_scores=np.where(np.arange(depth)[None, :] < n[:, None], passages.retriever_scores, -np.inf),
         unit=passages.unit,
     )
-    reader = reader or make_reader(args)
-    cache = ReadCache(Path(args.read_cache) if args.read_cache else out / "reads")
+    reader = reader or make_reader(rc, device=config.device, threads=config.threads)
+    cache = ReadCache(Path(rc.read_cache) if rc.read_cache else out / "reads")
     with timer("read"):
         reads = stages.read_top(EngineReader(reader, engine), qs.texts, selected, cache=cache)
-    answers, chosen = stages.answers_for_n(reads, selected, n, mu=args.mu)
-    wanted = [m.strip() for m in args.metrics.split(",") if m.strip()]
-    bertscore = None
-    if "bert_f1" in wanted:
-        wanted.remove("bert_f1")
-        bertscore = {"model": args.bertscore_model, "num_layers": args.bertscore_layers,
-                     "rescale": bool(getattr(args, "bertscore_rescale", False)), "language": queries.language,
-                     "device": None if args.device == "auto" else args.device}
+    answers, chosen = stages.answers_for_n(reads, selected, n, mu=rc.mu)
+    wanted = [m for m in config.metrics.answer if m != "bert_f1"]
+    bertscore = config.metrics.bertscore(queries.language, config.device)
     with timer("answer_metrics"):
         scores = answer_metrics(answers, qs.answers, language=queries.language, metrics=tuple(wanted), bertscore=bertscore)
     recall = np.array([bearing[q, : n[q]].any() for q in range(len(rows))])
@@ -116,8 +109,8 @@ def run_reader(args, dataset, ranking, selector, train, retriever_factory, timer
             "mean_n": float(n.mean()),
             "answer_recall": float(recall.mean()),
             "selector": selector.spec,
-            "read_unit": args.read_unit,
-            "reader": args.reader,
+            "read_unit": rc.read_unit,
+            "reader": rc.model,
         }
     )
     info = {"reads_done": reads.n_read, "reads_reused": reads.n_reused, "read_cache": str(cache.directory),

@@ -229,3 +229,15 @@ def unique_question_rows(queries: Queries) -> list[int]:
             seen.add(qid)
             rows.append(i)
     return rows
+
+
+# ----------------------------------------------------------------- selection
+def fit_selector(selector, train: Dataset, ranking: Ranking, depth: int, unit: str = "sentence"):
+    """Fit ``selector`` on a training split's ranking: its top-``depth`` scores and the 1-based rank of
+    the first answer-bearing passage (``depth`` when none).  ``pipeline.run`` and ``pipeline.sweep``
+    both fit through here, so a learned selector is fitted the same way by either driver."""
+    rows = unique_question_rows(train.queries)
+    queries = train.queries.subset(rows)
+    passages = passages_for(ranking.subset(rows), train.corpus, depth, unit)
+    bearing = answer_bearing(passages, queries.answers, queries.language, match=queries.answer_match, corpus=train.corpus)
+    return selector.fit(passages.retriever_scores, first_true(bearing, none=depth))

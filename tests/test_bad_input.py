@@ -220,12 +220,12 @@ def flag_cases(good_file, tmp_path):
         "out_under_a_file": (data + ["--out", a_file / "run"], ["a-file", "cannot create output directory"]),
         "read_cache_is_a_file": (data + reader + ["--read-cache", a_file], ["--read-cache", "not a directory"]),
         "unknown_device": (data + ["--device", "tpu"], ["--device 'tpu'", "auto, cpu or cuda"]),
-        "depth_zero": (data + ["--depth", "0"], ["--depth must be >= 1", "0"]),
+        "depth_zero": (data + ["--depth", "0"], ["--depth 0", "must be >= 1", "retriever.depth"]),
         "depth_not_a_number": (data + ["--depth", "ten"], ["--depth", "invalid int value", "'ten'"]),
-        "limit_negative": (data + ["--limit", "-3"], ["--limit must be >= 1"]),
-        "unknown_engine": (data + ["--engine", "spark"], ["--engine 'spark'", "local or ray"]),
-        "reader_token_budget_below_max_length": (data + reader + ["--reader-token-budget", "100"], ["--reader-token-budget 100", "384"]),
-        "ray_actors_zero": (data + ["--engine", "ray", "--ray-actors", "0"], ["--ray-actors must be >= 1"]),
+        "limit_negative": (data + ["--limit", "-3"], ["--limit -3", "must be >= 1", "data.limit"]),
+        "unknown_engine": (data + ["--engine", "spark"], ["--engine", "'spark'", "'local', 'ray'"]),
+        "reader_token_budget_below_max_length": (data + reader + ["--reader-token-budget", "100"], ["--reader-token-budget) 100", "384"]),
+        "ray_actors_zero": (data + ["--engine", "ray", "--ray-actors", "0"], ["--ray-actors 0", "must be >= 1"]),
     }
 
 

@@ -210,7 +210,7 @@ def test_prompt_flags_and_member_options_reach_the_manifest(tmp_path):
     (enc,) = manifest["encoders"]
     assert (enc["query_prompt"], enc["query_prompt_source"]) == ("question: ", "literal")  # the flag
     assert (enc["passage_prompt"], enc["passage_prompt_source"]) == ("", "none")  # the member's own option
-    assert manifest["config"]["query_prompt"] == "question: "
+    assert manifest["config"]["retriever"]["dense"]["query_prompt"] == "question: " == manifest["flags"]["query_prompt"]
 
 
 # --------------------------------------------------------- offline extras

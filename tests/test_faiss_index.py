@@ -268,14 +268,14 @@ def test_ef_search_is_set_and_widens_hnsw_search(slice_, flat):
 
     corpus, queries, _ = slice_
     _, exact = flat
-    narrow = dense(index_type="HNSW4", hnsw_ef_search=10).index(corpus)
-    wide = dense(index_type="HNSW4", hnsw_ef_search=400).index(corpus)
+    narrow = dense(index_type="HNSW4", ef_search=10).index(corpus)
+    wide = dense(index_type="HNSW4", ef_search=400).index(corpus)
     assert faiss.downcast_index(wide._searcher.index).hnsw.efSearch == 400
     assert narrow.index_info_["params"] == {"efSearch": 10}
     r_narrow = overlap(narrow.search(queries, 10).ids, exact.ids[:, :10])
     r_wide = overlap(wide.search(queries, 10).ids, exact.ids[:, :10])
     assert r_narrow < r_wide and r_wide > 0.99
-    legacy = dense(index_type="hnsw", hnsw_m=4, hnsw_ef_search=400).index(corpus)  # "hnsw" = HNSW<m>
+    legacy = dense(index_type="hnsw", hnsw_m=4, ef_search=400).index(corpus)  # "hnsw" = HNSW<m>
     np.testing.assert_array_equal(legacy.search(queries, 10).ids, wide.search(queries, 10).ids)
 
 
@@ -368,17 +368,18 @@ def test_prebuilt_layout_errors_are_user_errors(slice_, tmp_path):
 
 # --------------------------------------------------------------------- flags
 def test_cli_flags_reach_the_dense_retriever():
-    from pipeline.run import build_parser, retriever_options
+    from pipeline.experiment import retriever_options
+    from pipeline.run import parse_config
     from retrievers.registry import make_retriever
 
-    args = build_parser().parse_args(["--retriever", "rrf:bm25+dense", "--dense-index", "OPQ16,IVF256,PQ16", "--nprobe", "9",
-                                      "--ef-search", "77", "--dense-train-sample", "5000", "--seed", "21", "--dense-refine", "4"])
-    r = make_retriever(args.retriever, **{f"{k}_options": v for k, v in retriever_options(args).items()})
+    config, _ = parse_config(["--retriever", "rrf:bm25+dense", "--dense-index", "OPQ16,IVF256,PQ16", "--nprobe", "9",
+                              "--ef-search", "77", "--dense-train-sample", "5000", "--seed", "21", "--dense-refine", "4"])
+    r = make_retriever(config.retriever.spec, options=retriever_options(config))
     d = r.members[1]
-    assert (d.index_type, d.nprobe, d.hnsw_ef_search, d.train_sample, d.seed, d.refine) == ("OPQ16,IVF256,PQ16", 9, 77, 5000, 21, 4.0)
-    plain = build_parser().parse_args(["--retriever", "dense"])
-    d = make_retriever("dense", dense_options=retriever_options(plain)["dense"])
-    assert (d.index_type, d.nprobe, d.hnsw_ef_search, d.index_dir, d.refine) == ("flat", None, 128, None, None)
+    assert (d.index_type, d.nprobe, d.ef_search, d.train_sample, d.seed, d.refine) == ("OPQ16,IVF256,PQ16", 9, 77, 5000, 21, 4.0)
+    plain, _ = parse_config(["--retriever", "dense"])
+    d = make_retriever("dense", options=retriever_options(plain))
+    assert (d.index_type, d.nprobe, d.ef_search, d.index_dir, d.refine) == ("flat", None, 128, None, None)
 
 
 # ------------------------------------------------------------ fused, blocked

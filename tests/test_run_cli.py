@@ -40,7 +40,7 @@ def test_outputs_written(bm25_run):
     assert q0 == "Q0" and rank == "1" and tag == "bm25"
     assert len(lines) == 100 * r["questions"]  # one ranking per unique question (eval.qrels)
     manifest = json.loads((bm25_run / "manifest.json").read_text())
-    assert manifest["config"]["retriever"] == "bm25"
+    assert manifest["config"]["retriever"]["spec"] == "bm25" and manifest["flags"]["retriever"] == "bm25"
     assert any(k.endswith("dev-v1.1.json.zip") for k in manifest["data"])
     assert "pyserini" in manifest["versions"] and "retrieve" in manifest["timings_s"]
     (index,) = manifest["indexes"]  # the Lucene index searched, and how it was built

@@ -163,7 +163,7 @@ def test_cli_end_to_end_and_resume(tmp_path):
     for name in ("em_vs_n", "recall_vs_n", "answer_bearing_vs_n", "em_vs_corpus_size"):
         assert (out / f"{name}.png").stat().st_size > 1000 and (out / f"{name}.svg").is_file()
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["command"] == "pipeline.sweep" and manifest["config"]["n"] == "1-3"
+    assert manifest["command"] == "pipeline.sweep" and manifest["config"]["selectors"]["n"] == "1-3" == manifest["flags"]["n"]
     assert summary["reads"]["done"] > 0
     # the README tables of a sweep (python -m pipeline.sweep_report OUT)
     from pipeline.sweep_report import report

@@ -1,0 +1,708 @@
+"""The noise-information trade-off sweep from a typed config: the run's stages looped over corpus sizes, n and seeds.
+
+Kratzwald & Feuerriegel (2018), "Adaptive Document Retrieval for Deep
+Question Answering", EMNLP: reading more of the ranking raises the chance
+that an answer-bearing passage is read but adds noise; which n is best
+depends on the corpus size, and adaptive selection (threshold §4.1, ordinal
+regression §4.2) is the most robust choice across sizes.
+
+For every corpus size (gold rows of the evaluated questions plus seeded
+noise, :func:`data.open_domain.corpus_levels`) and seed the sweep
+
+1. indexes that corpus and retrieves once per question at depth N;
+2. reads every (question, passage) pair of the top N once, through a
+   :class:`readers.extractive.ReadCache` shared by every size and seed (a
+   passage read for a question gives the same span whatever else is in the
+   corpus, so larger sizes and later seeds only read what is new);
+3. scores every n = 1..N from one running argmax
+   (:func:`readers.aggregate.choose_passage_every_n`): EM, F1, answer recall@n
+   (an answer string in the top n), gold recall@n (the gold paragraph in the
+   top n) and the mean number of answer-bearing passages in the top n;
+4. scores the selectors on the same reads: threshold over a θ grid, ordinal
+   regression fitted on training-split questions retrieved against a corpus of
+   the same size built the same way, and the oracle.
+
+Per (size, seed) results are written as they finish (``levels/``) and reused
+when the same command runs again.  At the end: ``results.csv`` (one row per
+size x system x seed; the fixed systems are ``top:n``), ``summary.csv`` (mean
+and std over seeds, bootstrap interval over questions), ``summary.json``
+(best n per size, regret per system, see :mod:`eval.tradeoff`), plots (PNG
+and SVG) and ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from data.errors import UserError
+from data.io import atomic_path, sha256_text, write_json
+from pipeline.cli import Timer, print_table, write_manifest
+from pipeline.config import SweepConfig
+
+SWEEP_VERSION = "3"  # 3: levels keyed on the typed configuration's fingerprint
+SWEEP_SCALE = "fraction"  # EM, F1, their intervals and regret in [0, 1] units; sweeps without it wrote percent
+
+
+def parse_n(spec) -> tuple[int, int]:
+    """``"20"`` -> (1, 20); ``"1-50"`` -> (1, 50); ``"5-20"`` -> (5, 20)."""
+    text = str(spec).strip()
+    lo, sep, hi = text.partition("-")
+    try:
+        low, high = (int(lo), int(hi)) if sep else (1, int(lo))
+    except ValueError:
+        raise UserError(f"--n {spec!r}: expected N or A-B (e.g. 1-50)") from None
+    if not 1 <= low <= high:
+        raise UserError(f"--n {spec!r}: need 1 <= A <= B")
+    return low, high
+
+
+def parse_seeds(spec) -> list[int]:
+    """``"5"`` -> [1..5]; ``"3,7"`` -> [3, 7]."""
+    text = str(spec).strip()
+    try:
+        if "," in text:
+            seeds = [int(x) for x in text.split(",") if x.strip()]
+        else:
+            k = int(text)
+            if k < 1:
+                raise ValueError
+            seeds = list(range(1, k + 1))
+    except ValueError:
+        raise UserError(f"--seeds {spec!r}: expected a count K >= 1 or a list like 3,7") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise UserError(f"--seeds {spec!r}: seeds must be distinct")
+    return seeds
+
+
+def parse_thetas(spec) -> list[float]:
+    """``"0.5:0.95:0.05"`` (inclusive) or ``"0.6,0.8"``; each θ in (0, 1]."""
+    text = str(spec).strip()
+    try:
+        if ":" in text:
+            start, stop, step = (float(x) for x in text.split(":"))
+            if step <= 0:
+                raise ValueError
+            count = int(np.floor((stop - start) / step + 1e-9)) + 1
+            thetas = [round(start + i * step, 10) for i in range(max(count, 0))]
+        else:
+            thetas = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--thetas {spec!r}: expected START:STOP:STEP or a list of numbers") from None
+    if not thetas or any(not 0 < t <= 1 for t in thetas):
+        raise UserError(f"--thetas {spec!r}: every θ must lie in (0, 1]")
+    return sorted(set(thetas))
+
+
+def every_kth_question(dataset, k: int | None):
+    """Keep the query inputs of questions 0, k, 2k, ... (in dataset order); the corpus stays whole."""
+    if not k or k == 1:
+        return dataset
+    if k < 1:
+        raise UserError(f"--every must be >= 1 (got {k})")
+    order: dict[str, int] = {}
+    for qid in dataset.queries.question_ids:
+        order.setdefault(qid, len(order))
+    keep = [i for i, qid in enumerate(dataset.queries.question_ids) if order[qid] % k == 0]
+    dataset.queries = dataset.queries.subset(keep)
+    return dataset
+
+
+# ------------------------------------------------------------------ scoring
+@dataclass
+class LevelResult:
+    """Everything one (corpus size, seed) gives, per question (``[Q, ...]`` arrays)."""
+
+    em: np.ndarray  # [Q, N]: EM when reading the top n (column n-1)
+    f1: np.ndarray  # [Q, N]
+    bearing: np.ndarray  # bool [Q, N]: passage j holds an answer string
+    gold_hit: np.ndarray  # bool [Q, N]: passage j is a gold passage
+    systems: list[str]  # selector specs
+    sys_n: np.ndarray  # int [Q, M]: n each selector read
+    info: dict = field(default_factory=dict)
+    bert_f1: np.ndarray | None = None  # [Q, N] BERT-F1 of the answer read from the top n (--metrics bert_f1)
+
+    @property
+    def sys_em(self) -> np.ndarray:
+        return np.take_along_axis(self.em, self.sys_n - 1, axis=1)
+
+    @property
+    def sys_f1(self) -> np.ndarray:
+        return np.take_along_axis(self.f1, self.sys_n - 1, axis=1)
+
+
+def score_every_n(reads, passages, golds, language: str = "en", mu: float = 1.0):
+    """EM and F1 ``[Q, N]`` of the answer read from the top n, for every n at once, and the chosen column.
+
+    One running argmax gives the chosen passage per n; each passage's answer is
+    scored once, however many n choose it.
+    """
+    from eval.answer_metrics import exact_match, f1
+    from pipeline import stages
+
+    chosen = stages.answers_every_n(reads, passages, mu=mu)
+    q_count, width = chosen.shape
+    em = np.full((q_count, width), np.nan, dtype=np.float32)
+    f = np.full((q_count, width), np.nan, dtype=np.float32)
+    for q in range(q_count):
+        gold = [g for g in golds[q] if isinstance(g, str)]
+        if not gold or width == 0:
+            continue
+        cols, inverse = np.unique(chosen[q], return_inverse=True)
+        e = np.array([exact_match(reads.texts[q][c], gold, language) for c in cols], dtype=np.float32)
+        s = np.array([f1(reads.texts[q][c], gold, language) for c in cols], dtype=np.float32)
+        em[q], f[q] = e[inverse], s[inverse]
+    return em, f, chosen
+
+
+def gold_hits(passages, queries, corpus) -> np.ndarray:
+    """``[Q, N]`` bool: passage j of query q is one of its gold rows (or gold paragraphs)."""
+    out = np.zeros(passages.keys.shape, dtype=bool)
+    use_paragraphs = passages.unit == "paragraph" and bool(corpus.paragraph_texts)
+    for q, g in enumerate(queries.gold):
+        g = np.asarray(g, dtype=np.int64)
+        if g.size == 0:
+            continue
+        targets = np.unique(corpus.paragraph_ids[g]) if use_paragraphs else g
+        out[q] = np.isin(passages.keys[q], targets) & (passages.keys[q] >= 0)
+    return out
+
+
+def noise_ratio(size: int, n_gold: int) -> float | None:
+    """Corpus size over gold rows (None when the questions have no known gold passages: open datasets)."""
+    return round(size / n_gold, 4) if n_gold else None
+
+
+def open_level_counts(queries, ranking) -> dict:
+    """Open datasets: questions with an answer-bearing passage within the depth, and distinct answer-bearing rows found."""
+    mask = getattr(queries, "has_answer", None)
+    if mask is None or mask.shape != ranking.ids.shape:
+        return {}
+    return {"answer_bearing_questions": int(mask.any(axis=1).sum()), "answer_bearing_rows": int(np.unique(ranking.ids[mask]).size)}
+
+
+def open_level_summary(plan, levels: dict) -> dict:
+    """Open datasets: the answer-bearing counts per corpus size (mean over seeds) for summary.json."""
+    out = {}
+    for size in plan.sizes:
+        infos = [levels[(size, s)].info for s in plan.seeds if "answer_bearing_rows" in levels[(size, s)].info]
+        if infos:
+            out[str(size)] = {k: float(np.mean([i[k] for i in infos])) for k in ("answer_bearing_questions", "answer_bearing_rows")}
+    return {"answer_bearing_by_size": out} if out else {}
+
+
+def selector_systems(thetas: list[float], tau: int, ordinal) -> list:
+    """The selectors scored at every level: threshold per θ, ordinal (fitted), oracle."""
+    from selection import Oracle, Threshold
+
+    systems = [Threshold(theta, tau) for theta in thetas]
+    if ordinal is not None:
+        systems.append(ordinal)
+    systems.append(Oracle())
+    return systems
+
+
+def evaluate_level(
+    level, ranking, reader, cache, n_max: int, selectors: list, unit: str = "sentence", mu: float = 1.0,
+    bertscore: dict | None = None,
+) -> LevelResult:
+    """Read the top ``n_max`` once and score every n and every selector on those reads."""
+    from pipeline import stages
+
+    queries, corpus = level.queries, level.corpus
+    rows = stages.unique_question_rows(queries)
+    qs, rk = queries.subset(rows), ranking.subset(rows)
+    passages = stages.passages_for(rk, corpus, n_max, unit)
+    bearing = stages.answer_bearing(passages, qs.answers, queries.language, match=qs.answer_match, corpus=corpus)
+    hits = gold_hits(passages, qs, corpus)
+    t0 = time.perf_counter()
+    reads = stages.read_top(reader, qs.texts, passages, cache=cache)
+    t_read = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    em, f1, chosen = score_every_n(reads, passages, qs.answers, queries.language, mu)
+    bert, bert_info = (None, None) if bertscore is None else bert_f1_every_n(reads, chosen, qs.answers, bertscore)
+    first_rel = stages.first_true(bearing, none=n_max)
+    real = np.maximum((passages.keys >= 0).sum(axis=1), 1)
+    sys_n = np.zeros((len(rows), len(selectors)), dtype=np.int64)
+    for m, sel in enumerate(selectors):
+        n = sel.predict(passages.retriever_scores, first_relevant_rank=first_rel)
+        sys_n[:, m] = np.clip(np.minimum(n, real), 1, n_max)
+    t_score = time.perf_counter() - t0
+    info = {
+        "questions": len(rows),
+        "reads_done": int(reads.n_read),
+        "reads_reused": int(reads.n_reused),
+        "pairs": int(sum(len(t) for t in passages.texts)),
+        "read_s": round(t_read, 3),
+        "score_s": round(t_score, 3),
+    }
+    if bert_info is not None:
+        info["bert_f1"] = bert_info
+    return LevelResult(em, f1, bearing, hits, [s.spec for s in selectors], sys_n, info, bert)
+
+
+def bert_f1_every_n(reads, chosen: np.ndarray, golds, bertscore: dict) -> tuple[np.ndarray, dict]:
+    """BERT-F1 ``[Q, N]`` of the answer chosen for every n: each distinct (question, passage) answer scored once
+    (and, through ``eval.bertscore``'s pair cache, once across sizes, seeds and reruns)."""
+    from eval.bertscore import bert_f1
+
+    cells = [(q, int(c)) for q in range(chosen.shape[0]) for c in np.unique(chosen[q]) if c >= 0]
+    values, info = bert_f1([reads.texts[q][c] for q, c in cells], [golds[q] for q, _ in cells], **bertscore)
+    lookup = dict(zip(cells, values))
+    out = np.full(chosen.shape, np.nan, dtype=np.float32)
+    for q in range(chosen.shape[0]):
+        out[q] = [lookup.get((q, int(c)), np.nan) for c in chosen[q]]
+    return out, info
+
+
+def fit_ordinal(train_level, retriever, tau: int, unit: str, depth: int):
+    """Ordinal regression (paper §4.2) fitted on training questions retrieved against ``train_level``
+    (through :func:`pipeline.stages.fit_selector`, as ``pipeline.run`` fits a learned selector)."""
+    from pipeline import stages
+    from selection import parse_selector
+
+    ranking = stages.retrieve(retriever, train_level, depth)
+    return stages.fit_selector(parse_selector(f"ordinal:{tau}"), train_level, ranking, tau, unit)
+
+
+def make_reader(config: SweepConfig):
+    """The run's reader, with reads reaching the cache every 1,024 pairs (an interrupted level resumes from them)."""
+    from pipeline.reading import make_reader as reader_of
+
+    return reader_of(config.reader, device=config.device, pairs_per_chunk=1024)
+
+
+# --------------------------------------------------------------- level files
+def _level_paths(out: Path, size: int, seed: int) -> tuple[Path, Path]:
+    stem = out / "levels" / f"size{size}-seed{seed}"
+    return stem.with_suffix(".npz"), stem.with_suffix(".json")
+
+
+def save_level(out: Path, size: int, seed: int, result: LevelResult, meta: dict) -> None:
+    npz, js = _level_paths(out, size, seed)
+    with atomic_path(npz) as tmp:
+        with open(tmp, "wb") as f:
+            extra = {} if result.bert_f1 is None else {"bert_f1": result.bert_f1}
+            np.savez_compressed(f, em=result.em, f1=result.f1, bearing=result.bearing, gold_hit=result.gold_hit, sys_n=result.sys_n, **extra)
+    write_json(js, {**meta, "systems": result.systems, "info": result.info})
+
+
+def load_level(out: Path, size: int, seed: int, fingerprints: Sequence[str], need_bert_f1: bool = False) -> LevelResult | None:
+    """The saved result of a level if it was made by the same configuration, else None.
+
+    ``fingerprints``: the current fingerprint first, then older forms of it; a level saved under an
+    older form is re-labelled with the current one.
+    """
+    npz, js = _level_paths(out, size, seed)
+    if not (npz.is_file() and js.is_file()):
+        return None
+    try:
+        meta = json.loads(js.read_text(encoding="utf-8"))
+        if meta.get("fingerprint") not in fingerprints:
+            return None
+        with np.load(npz, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in ("em", "f1", "bearing", "gold_hit", "sys_n")}
+            arrays["bert_f1"] = z["bert_f1"] if "bert_f1" in z.files else None
+        if need_bert_f1 and arrays["bert_f1"] is None:
+            return None  # saved before BERT-F1 was scored: redo it (its reads come from the read cache)
+        if meta["fingerprint"] != fingerprints[0]:
+            write_json(js, {**meta, "fingerprint": fingerprints[0]})
+    except (OSError, ValueError, KeyError):
+        return None
+    info = dict(meta.get("info", {}))
+    info["resumed"] = True
+    return LevelResult(arrays["em"], arrays["f1"], arrays["bearing"], arrays["gold_hit"], list(meta["systems"]), arrays["sys_n"], info,
+                       arrays["bert_f1"])
+
+
+# ----------------------------------------------------------------- the sweep
+@dataclass
+class SweepPlan:
+    dataset: object
+    sizes: list[int]
+    seeds: list[int]
+    n_gold: int
+    n_pool: int
+    n_min: int
+    n_max: int
+    depth: int
+    tau: int
+    thetas: list[float]
+
+
+def plan_sweep(config: SweepConfig, dataset) -> SweepPlan:
+    from data.open_domain import gold_rows, parse_corpus_sizes
+
+    sel = config.selectors
+    n_min, n_max = parse_n(sel.n)
+    seeds = parse_seeds(config.data.seeds)
+    thetas = parse_thetas(sel.thetas)
+    n_gold = int(gold_rows(dataset.queries).size)
+    n_pool = len(dataset.corpus)
+    sizes = parse_corpus_sizes(config.data.corpus_sizes, n_gold, n_pool)
+    tau = int(sel.tau) if sel.tau else min(25, n_max)
+    if not 1 <= tau <= n_max:
+        raise UserError(f"--tau {sel.tau}: must lie in 1..N={n_max} (the passages read)")
+    reads_paragraphs_of_sentences = config.reader.read_unit == "paragraph" and dataset.level == "sentence"
+    depth = config.retriever.depth or (max(5 * n_max, 100) if reads_paragraphs_of_sentences else n_max)
+    if depth < n_max:
+        raise UserError(f"--depth {depth}: must be >= N={n_max}")
+    return SweepPlan(dataset, sizes, seeds, n_gold, n_pool, n_min, n_max, depth, tau, thetas)
+
+
+def level_fingerprint(config: SweepConfig, plan: SweepPlan, rows: np.ndarray, reader_identity: str, seed: int) -> str:
+    """What a saved level must have been made with to be reused: every result-changing setting of the
+    configuration (its fingerprint: no list of flags kept by hand), the dataset's sources, the questions,
+    the corpus rows, the seed and the reader's identity."""
+    q = plan.dataset.queries
+    parts = {
+        "version": SWEEP_VERSION,
+        "config": config.fingerprint("data", "retriever", "reader", "selectors"),
+        "dataset": [plan.dataset.name, plan.dataset.split, sorted(plan.dataset.sources.items())],
+        "questions": sha256_text(q.ids, q.texts),
+        "rows": sha256_text(rows.tolist()),
+        "seed": seed,
+        "reading": [reader_identity, plan.n_max, plan.depth],
+    }
+    return sha256_text(json.dumps(parts, sort_keys=True, default=str))
+
+
+def run_sweep(config: SweepConfig, out: Path, timer: Timer) -> dict:
+    from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
+
+    from data.open_domain import corpus_levels, gold_rows, restrict_corpus, sample_training_questions
+    from data.registry import load_dataset
+    from data.types import limit_queries
+    from pipeline import stages
+    from pipeline.experiment import retriever_options
+    from readers.extractive import ReadCache
+    from retrievers.fusion import needs_fit
+
+    data, rc = config.data, config.reader
+    if not rc.model:
+        raise UserError("--reader is required (a QA checkpoint path or alias)")
+    with timer("load_data"):
+        dataset = load_dataset(data.dataset, data.split, **data.load_options())
+        dataset = limit_queries(every_kth_question(dataset, data.every), data.limit)
+    if not dataset.queries.has_answers:
+        raise UserError(f"dataset {dataset.name!r} has no answer strings: a reading sweep needs answers")
+    plan = plan_sweep(config, dataset)
+    options = retriever_options(config, dataset.corpus.language)
+    make_retriever = lambda: stages.build_retriever(config.retriever.spec, options)  # noqa: E731
+    reader = make_reader(config)
+    reader_identity = reader.identity()
+    cache = ReadCache(Path(rc.read_cache) if rc.read_cache else out / "reads")
+
+    train = train_sample = None
+    fit_train = needs_fit(make_retriever())
+    ordinal = config.selectors.ordinal
+    if ordinal or fit_train:
+        with timer("load_train"):
+            train = load_dataset(data.dataset, data.train_split, **data.train_options())
+        train_sample = sample_training_questions(train, data.train_limit, data.train_seed)
+    levels: dict[tuple[int, int], LevelResult] = {}
+    bertscore = config.metrics.bertscore(dataset.queries.language, config.device)
+    noted = False
+    jobs = [(size, seed) for seed in plan.seeds for size in plan.sizes]
+    bar = tqdm(jobs, desc="sweep levels", unit="level")
+    same_rows: dict[str, tuple[int, int]] = {}  # levels whose corpora (eval and train) are identical
+    for size, seed in bar:
+        bar.set_postfix_str(f"size {size} seed {seed}")
+        rows = corpus_levels(plan.n_pool, gold_rows(dataset.queries), [size], seed)[0]
+        t_rows = None
+        if ordinal:
+            t_gold = gold_rows(train_sample.queries)
+            t_size = min(max(size, t_gold.size), len(train_sample.corpus))
+            t_rows = corpus_levels(len(train_sample.corpus), t_gold, [t_size], seed)[0]
+        fingerprint = level_fingerprint(config, plan, rows, reader_identity, seed)
+        done = load_level(out, size, seed, [fingerprint], need_bert_f1=bertscore is not None)
+        if done is not None:
+            levels[(size, seed)] = done
+            continue
+        rows_key = sha256_text(rows.tolist(), [] if t_rows is None else t_rows.tolist())
+        meta = {"fingerprint": fingerprint, "size": int(size), "seed": int(seed), "n_gold": plan.n_gold, "n_max": plan.n_max}
+        if rows_key in same_rows:  # e.g. "all" under another seed: same corpus, same result
+            twin = levels[same_rows[rows_key]]
+            result = LevelResult(twin.em, twin.f1, twin.bearing, twin.gold_hit, twin.systems, twin.sys_n,
+                                 {**twin.info, "reads_done": 0, "reads_reused": 0, "same_corpus_as_seed": same_rows[rows_key][1]},
+                                 twin.bert_f1)
+            save_level(out, size, seed, result, meta)
+            levels[(size, seed)] = result
+            continue
+        level = restrict_corpus(dataset, rows)
+        t0 = time.perf_counter()
+        retriever = make_retriever()
+        with timer("retrieve"):
+            ranking = stages.retrieve(retriever, level, plan.depth, train=train if fit_train else None)
+        t_retrieve = time.perf_counter() - t0
+        fitted, train_info = None, {}
+        if t_rows is not None:
+            t0 = time.perf_counter()
+            with timer("fit_ordinal"):
+                fitted = fit_ordinal(restrict_corpus(train_sample, t_rows), make_retriever(), plan.tau, rc.read_unit, plan.depth)
+            train_info = {"train_questions": len(train_sample.queries), "train_corpus_size": int(len(t_rows)),
+                          "fit_s": round(time.perf_counter() - t0, 3), "ordinal": fitted.to_dict()}
+        selectors = selector_systems(plan.thetas, plan.tau, fitted)
+        with timer("read_and_score"):
+            result = evaluate_level(level, ranking, reader, cache, plan.n_max, selectors, rc.read_unit, rc.mu, bertscore)
+        note = (result.info.get("bert_f1") or {}).get("note")
+        if note and not noted:
+            noted = print(f"note: {note}", file=sys.stderr) or True
+        result.info.update({"corpus_size": int(size), "n_gold": plan.n_gold, "retrieve_s": round(t_retrieve, 3), **train_info})
+        result.info.update(open_level_counts(level.queries, ranking))
+        save_level(out, size, seed, result, meta)
+        levels[(size, seed)] = result
+        same_rows[rows_key] = (size, seed)
+        tqdm.write(f"size {size} seed {seed}: EM@1 {np.nanmean(result.em[:, 0]) * 100:.2f}  reads done {result.info['reads_done']} reused {result.info['reads_reused']}")
+    return {"plan": plan, "levels": levels, "train": train}
+
+
+# --------------------------------------------------------------- aggregation
+def system_names(plan: SweepPlan, selectors: list[str]) -> list[str]:
+    return [f"top:{n}" for n in range(1, plan.n_max + 1)] + list(selectors)
+
+
+def system_table(result: LevelResult, metric: str = "em") -> np.ndarray:
+    """Per-question score ``[Q, M]`` of every system (top:1..N, then the selectors)."""
+    base = {"em": result.em, "f1": result.f1, "bert_f1": result.bert_f1}[metric]
+    sel = np.take_along_axis(base, result.sys_n - 1, axis=1)
+    return np.concatenate([base, sel], axis=1).astype(np.float64)
+
+
+def system_n(result: LevelResult) -> np.ndarray:
+    q, width = result.em.shape
+    return np.concatenate([np.broadcast_to(np.arange(1, width + 1), (q, width)), result.sys_n], axis=1)
+
+
+def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weighting: str) -> dict:
+    """Tidy rows, seed aggregates, regret and best n from the per-level results."""
+    from eval.tradeoff import bootstrap_means, bootstrap_weights, percentile_interval, regret
+
+    first = levels[(plan.sizes[0], plan.seeds[0])]
+    names = system_names(plan, first.systems)
+    m_count = len(names)
+    q_count = first.em.shape[0]
+    weights = bootstrap_weights(q_count, n_boot, boot_seed)
+    family = lambda name: name.split(":")[0]  # noqa: E731
+    rows, agg_rows = [], []
+    per_seed_em = np.zeros((len(plan.seeds), len(plan.sizes), m_count))
+    boot_em = np.zeros((n_boot, len(plan.sizes), m_count))
+    for k, size in enumerate(plan.sizes):
+        seed_tables = []
+        seed_metrics = []
+        for s, seed in enumerate(plan.seeds):
+            r = levels[(size, seed)]
+            em_t, f1_t, n_t = system_table(r, "em"), system_table(r, "f1"), system_n(r)
+            seed_tables.append(em_t)
+            width = r.em.shape[1]
+            ans_rec = np.concatenate([np.logical_or.accumulate(r.bearing, axis=1), np.take_along_axis(np.logical_or.accumulate(r.bearing, axis=1), r.sys_n - 1, axis=1)], axis=1)
+            gold_rec = np.concatenate([np.logical_or.accumulate(r.gold_hit, axis=1), np.take_along_axis(np.logical_or.accumulate(r.gold_hit, axis=1), r.sys_n - 1, axis=1)], axis=1)
+            bear_cnt = np.cumsum(r.bearing, axis=1)
+            bear_all = np.concatenate([bear_cnt, np.take_along_axis(bear_cnt, r.sys_n - 1, axis=1)], axis=1)
+            lo, hi = percentile_interval(bootstrap_means(em_t, weights))
+            metrics = {
+                "em": np.nanmean(em_t, axis=0),  # fractions in [0, 1] (percent before SWEEP_SCALE)
+                "f1": np.nanmean(f1_t, axis=0),
+                "mean_n": n_t.mean(axis=0),
+                "answer_recall": ans_rec.mean(axis=0),
+                "gold_recall": gold_rec.mean(axis=0),
+                "answer_bearing": bear_all.mean(axis=0),
+                "em_ci_low": lo,
+                "em_ci_high": hi,
+            }
+            if r.bert_f1 is not None:
+                metrics["bert_f1"] = np.nanmean(system_table(r, "bert_f1"), axis=0)
+            seed_metrics.append(metrics)
+            per_seed_em[s, k] = metrics["em"]
+            for m, name in enumerate(names):
+                rows.append({
+                    "dataset": plan.dataset.name, "split": plan.dataset.split, "corpus_size": size,
+                    "noise_ratio": noise_ratio(size, plan.n_gold), "seed": seed, "system": name, "family": family(name),
+                    "n": m + 1 if m < width else "", "questions": q_count,
+                    **{key: round(float(v[m]), 6) for key, v in metrics.items()},
+                    "reads_done": r.info.get("reads_done", 0), "reads_reused": r.info.get("reads_reused", 0),
+                })
+        mean_table = np.mean(seed_tables, axis=0)  # [Q, M] per-question EM averaged over seeds
+        boot_em[:, k] = bootstrap_means(mean_table, weights)
+        lo, hi = percentile_interval(boot_em[:, k])
+        for m, name in enumerate(names):
+            entry = {
+                "dataset": plan.dataset.name, "split": plan.dataset.split, "corpus_size": size,
+                "noise_ratio": noise_ratio(size, plan.n_gold), "system": name, "family": family(name),
+                "n": m + 1 if m < plan.n_max else "", "seeds": len(plan.seeds), "questions": q_count,
+            }
+            for key in ("em", "f1", "mean_n", "answer_recall", "gold_recall", "answer_bearing") + (("bert_f1",) if "bert_f1" in seed_metrics[0] else ()):
+                vals = np.array([sm[key][m] for sm in seed_metrics])
+                entry[f"{key}_mean"] = round(float(vals.mean()), 6)
+                entry[f"{key}_std"] = round(float(vals.std(ddof=1)) if len(vals) > 1 else 0.0, 6)
+            entry["em_ci_low"] = round(float(lo[m]), 6)
+            entry["em_ci_high"] = round(float(hi[m]), 6)
+            agg_rows.append(entry)
+    reference = np.array([family(n) != "oracle" for n in names])
+    reg_seed = regret(per_seed_em, plan.sizes, reference, weighting)  # [S, M]
+    reg_boot = regret(boot_em, plan.sizes, reference, weighting)  # [B, M]
+    reg_lo, reg_hi = percentile_interval(reg_boot)
+    reg_uniform = regret(per_seed_em, plan.sizes, reference, "uniform").mean(axis=0)
+    regrets = {
+        name: {
+            "mean": round(float(reg_seed[:, m].mean()), 6),
+            "std": round(float(reg_seed[:, m].std(ddof=1)) if len(plan.seeds) > 1 else 0.0, 6),
+            "ci95": [round(float(reg_lo[m]), 6), round(float(reg_hi[m]), 6)],
+            "uniform_mean": round(float(reg_uniform[m]), 6),
+        }
+        for m, name in enumerate(names)
+    }
+
+    def best_of(fam: str):
+        cands = [(regrets[n]["mean"], n) for n in names if family(n) == fam]
+        return None if not cands else {"system": min(cands)[1], "regret": min(cands)[0]}
+
+    mean_em = per_seed_em.mean(axis=0)  # [K, M]
+    best_n = {}
+    for k, size in enumerate(plan.sizes):
+        top = mean_em[k, : plan.n_max]
+        best_n[str(size)] = {
+            "n": int(np.argmax(top)) + 1, "em": round(float(top.max()), 6),
+            "per_seed": [int(np.argmax(per_seed_em[s, k, : plan.n_max])) + 1 for s in range(len(plan.seeds))],
+            "best_system": names[int(np.argmax(np.where(reference, mean_em[k], -np.inf)))],
+        }
+    summary = {
+        "dataset": plan.dataset.name, "split": plan.dataset.split, "questions": q_count, "scale": SWEEP_SCALE,
+        "corpus_sizes": plan.sizes, "noise_ratios": [noise_ratio(s, plan.n_gold) for s in plan.sizes],
+        "gold_rows": plan.n_gold, "pool_rows": plan.n_pool, "seeds": plan.seeds, "n_max": plan.n_max, "tau": plan.tau,
+        "thetas": plan.thetas, "best_n": best_n, **open_level_summary(plan, levels),
+        "regret": {
+            "weighting": weighting,
+            "definition": "per size: best EM among non-oracle systems minus the system's EM (EM as a fraction; x100 = EM points); "
+                          + ("trapezoid weights over corpus size, normalized by the size range" if weighting == "trapezoid" else "plain mean over sizes"),
+            "best_fixed": best_of("top"), "best_threshold": best_of("threshold"), "ordinal": best_of("ordinal"), "oracle": best_of("oracle"),
+            "systems": regrets,
+        },
+        "em_by_size": {name: [round(float(v), 6) for v in mean_em[:, m]] for m, name in enumerate(names)},
+        "reads": {
+            "done": int(sum(r.info.get("reads_done", 0) for r in levels.values())),
+            "reused": int(sum(r.info.get("reads_reused", 0) for r in levels.values())),
+        },
+        "bootstrap": {"replicates": n_boot, "seed": boot_seed, "interval": "95% percentile, questions resampled, paired across sizes"},
+    }
+    bert_info = next((r.info["bert_f1"] for r in levels.values() if r.info.get("bert_f1")), None)
+    if bert_info:
+        summary["bert_f1_info"] = {k: v for k, v in bert_info.items() if not k.startswith("pairs_")}
+    return {"rows": rows, "agg_rows": agg_rows, "summary": summary, "names": names}
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    if not rows:
+        return
+    fields = list(rows[0].keys())
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows(rows)
+
+
+PERCENT_COLUMNS = ("em_mean", "em_std", "em_ci_low", "em_ci_high", "f1_mean", "f1_std")
+
+
+def as_percent(row: dict) -> dict:
+    """A summary.csv row with EM/F1 columns in percent (for plots and printed tables)."""
+    return {k: (float(v) * 100 if k in PERCENT_COLUMNS and v != "" else v) for k, v in row.items()}
+
+
+def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict) -> list[str]:
+    from eval.plots import curves_by_size, plot_curves
+
+    written = []
+    agg_rows = [as_percent(r) for r in agg_rows]  # the plots show EM in percent
+    per_n = [r for r in agg_rows if r["family"] == "top" and plan.n_min <= int(r["n"]) <= plan.n_max]
+    label = lambda size: f"{size:,}" + (f" ({size / plan.n_gold:.1f}x gold)" if plan.n_gold else "")  # noqa: E731
+    for key, ylabel, stem in (
+        ("em", "exact match (%)", "em_vs_n"),
+        ("answer_recall", "answer recall@n", "recall_vs_n"),
+        ("answer_bearing", "answer-bearing passages in top n", "answer_bearing_vs_n"),
+    ):
+        curves = curves_by_size(per_n, key, plan.sizes, label, with_ci=key == "em")
+        written += plot_curves(curves, out / stem, xlabel="n (passages read)", ylabel=ylabel, integer_x=True,
+                               title=f"{plan.dataset.name} {plan.dataset.split}: {ylabel} vs n")
+    reg = summary["regret"]
+    picks = [f"top:{n}" for n in (1, 5, 10) if n <= plan.n_max]
+    for key in ("best_threshold", "ordinal", "oracle"):
+        if reg.get(key):
+            picks.append(reg[key]["system"])
+    curves = []
+    for name in picks:
+        rs = sorted((r for r in agg_rows if r["system"] == name), key=lambda r: r["corpus_size"])
+        x = [r["corpus_size"] for r in rs]
+        nice = name if not name.startswith(("threshold", "ordinal")) else f"{name} (adaptive)"
+        curves.append({
+            "label": f"{nice}, regret {100 * reg['systems'][name]['mean']:.2f}", "x": x,
+            "y": [r["em_mean"] for r in rs], "low": [r["em_ci_low"] for r in rs], "high": [r["em_ci_high"] for r in rs],
+            "std": [r["em_std"] for r in rs], "dashed": name == "oracle",
+        })
+    written += plot_curves(curves, out / "em_vs_corpus_size", xlabel="corpus size (paragraphs)" if plan.dataset.level == "paragraph" else "corpus size (candidates)",
+                           ylabel="exact match (%)", title=f"{plan.dataset.name} {plan.dataset.split}: EM vs corpus size",
+                           logx=max(plan.sizes) >= 20 * min(plan.sizes))  # sizes over decades: log axis
+    return written
+
+
+def print_summary(summary: dict, out: Path) -> None:
+    rows = []
+    for size, b in summary["best_n"].items():
+        rows.append((f"size {size}: best n", f"{b['n']} (EM {100 * b['em']:.2f}%; best system {b['best_system']})"))
+    reg = summary["regret"]
+    for key in ("best_fixed", "best_threshold", "ordinal", "oracle"):
+        if reg.get(key):
+            rows.append((f"regret {key} (EM points)", f"{100 * reg[key]['regret']:.3f}  ({reg[key]['system']})"))
+    rows.append(("reads done / reused", f"{summary['reads']['done']} / {summary['reads']['reused']}"))
+    print_table(rows, title=f"{summary['dataset']} {summary['split']} sweep ({summary['questions']} questions) -> {out}")
+
+
+
+
+@dataclass
+class SweepResult:
+    """What a sweep gives back: summary.json's content, the tidy rows of results.csv and summary.csv, its directory."""
+
+    summary: dict
+    rows: list[dict]
+    agg_rows: list[dict]
+    out: Path
+    manifest: dict = field(default_factory=dict)
+
+
+def run_sweep_experiment(config: SweepConfig, *, flags: dict | None = None) -> SweepResult:
+    """Run a whole sweep (every size and seed, resumable level by level), aggregate it and write its files."""
+    from pipeline.cli import make_out_dir
+
+    sel = config.selectors
+    parse_n(sel.n), parse_seeds(config.data.seeds), parse_thetas(sel.thetas)  # bad settings fail before any work
+    stats = config.statistics
+    timer = Timer()
+    out = make_out_dir(config.out, f"sweep-{config.data.dataset}-{config.data.split}-{config.retriever.spec}")
+    with timer("sweep"):
+        state = run_sweep(config, out, timer)
+    plan, levels = state["plan"], state["levels"]
+    with timer("aggregate"):
+        agg = aggregate(plan, levels, stats.bootstrap, stats.bootstrap_seed, stats.weighting)
+    write_csv(out / "results.csv", agg["rows"])
+    write_csv(out / "summary.csv", agg["agg_rows"])
+    summary = agg["summary"]
+    if stats.plots:
+        with timer("plots"):
+            summary["plots"] = make_plots(out, plan, agg["agg_rows"], summary)
+    write_json(out / "summary.json", summary)
+    sources = dict(plan.dataset.sources)
+    if state["train"] is not None:
+        sources.update({f"train:{k}": v for k, v in state["train"].sources.items()})
+    manifest = write_manifest(out, command="pipeline.sweep", config=config.to_dict(), seed=plan.seeds, sources=sources,
+                              timings=timer.timings, extra={"flags": flags or {}, "fingerprint": config.fingerprint(),
+                                                            "levels": {f"{s}/{d}": r.info for (s, d), r in levels.items()}})
+    return SweepResult(summary, agg["rows"], agg["agg_rows"], out, manifest)
