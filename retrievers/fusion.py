@@ -2,7 +2,9 @@
 
 The spec-string parser (``retrievers.registry``) turns e.g.
 ``rrf:bm25+dense`` or ``mrrank:bm25+dense+dense:PATH`` into a method name, the
-member retrievers and an options dict, then calls :func:`build_fused`.
+member retrievers and an options dict, then calls :func:`build_fused`.  The
+methods are the names of :data:`retrievers.registry.FUSERS` (plugins add their
+own through the entry-point group ``qa_retrieval_eval.fusers``).
 
 Methods
 -------
@@ -15,87 +17,38 @@ Methods
 ``mrrank``        :class:`retrievers.mrrank.MrRankRetriever` (learned; needs ``fit``)
 
 Options are the constructor parameters of each class (strings from a spec
-are converted to the parameter's type); an unknown option is a ``UserError``.
-Learned methods expose ``fit(train_dataset)``; callers check with
+are converted to the parameter's type by :func:`data.plugins.typed_options`);
+an unknown option is a ``UserError``.  Learned methods declare
+``learned = True`` and expose ``fit(train_dataset)``; callers check with
 :func:`needs_fit`.
 """
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Mapping, Sequence
 
 from data.errors import UserError
+from data.plugins import build
 from retrievers.base import Retriever
+from retrievers.registry import FUSERS, fusion_method
 
-FUSION_METHODS = ("rrf", "fuse-minmax", "fuse-zscore", "fuse-sum", "route", "route-stat", "mrrank")
-
-
-def _classes():
-    from retrievers.mrrank import MrRankRetriever
-    from retrievers.routing import RouterRetriever, StatisticalRouterRetriever
-    from retrievers.rrf import RRFRetriever
-    from retrievers.score_fusion import ScoreFusionRetriever
-
-    return {
-        "rrf": (RRFRetriever, {}),
-        "fuse-minmax": (ScoreFusionRetriever, {"method": "minmax"}),
-        "fuse-zscore": (ScoreFusionRetriever, {"method": "zscore"}),
-        "fuse-sum": (ScoreFusionRetriever, {"method": "sum"}),
-        "route": (RouterRetriever, {}),
-        "route-stat": (StatisticalRouterRetriever, {}),
-        "mrrank": (MrRankRetriever, {}),
-    }
-
-
-def _coerce(value: Any, default: Any, field: str) -> Any:
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    if text.lower() in ("none", "null"):
-        return None
-    if isinstance(default, bool):
-        if text.lower() in ("1", "true", "yes", "on"):
-            return True
-        if text.lower() in ("0", "false", "no", "off"):
-            return False
-        raise UserError(f"{field}: expected true/false, got {value!r}")
-    if isinstance(default, int) or default is None:
-        try:
-            return int(text)
-        except ValueError:
-            pass
-    if isinstance(default, (int, float)) or default is None:
-        try:
-            return float(text)
-        except ValueError:
-            if default is not None:
-                raise UserError(f"{field}: expected a number, got {value!r}") from None
-    return text  # strings, lists (parsed by the class), names
+FUSION_METHODS = tuple(FUSERS.builtin_names())  # our own methods (FUSERS.names() adds the installed plugins')
 
 
 def build_fused(method: str, members: Sequence[Retriever], options: Mapping[str, Any] | None = None) -> Retriever:
     """A fused retriever of ``method`` over already-constructed ``members``.
 
-    ``options`` hold constructor parameters (e.g. ``{"k": "60", "depth": "100"}``
-    for ``rrf``, ``{"weights": "0.3,0.7"}`` for ``fuse-*``, ``{"seed": 1}`` for
-    ``mrrank``); nothing is indexed or fitted here.
+    ``options`` hold constructor parameters (e.g. ``{"rank_constant": "60",
+    "depth": "100"}`` for ``rrf``, ``{"weights": "0.3,0.7"}`` for ``fuse-*``,
+    ``{"seed": 1}`` for ``mrrank``); nothing is indexed or fitted here.
     """
-    table = _classes()
-    if method not in table:
-        raise UserError(f"unknown fusion method {method!r} (choose from {', '.join(FUSION_METHODS)})")
-    cls, fixed = table[method]
-    params = inspect.signature(cls.__init__).parameters
-    allowed = [n for n in params if n not in ("self", "members") and n not in fixed]
-    kwargs = dict(fixed)
-    for key, value in (options or {}).items():
-        name = str(key).replace("-", "_")
-        if name not in allowed:
-            raise UserError(f"{method}: unknown option {key!r} (allowed: {', '.join(allowed)})")
-        kwargs[name] = _coerce(value, params[name].default, f"{method} option {key}")
-    return cls(list(members), **kwargs)
+    item = FUSERS.find(method)
+    if item is None:
+        raise UserError(f"unknown fusion method {method!r} (choose from {', '.join(FUSERS.names())})")
+    cls, fixed = fusion_method(item)
+    return build(cls, options, method, members=list(members), **fixed)
 
 
 def needs_fit(retriever: Any) -> bool:
-    """True for learned retrievers (routers, re-rankers) that must be fitted on a training split."""
-    return callable(getattr(retriever, "fit", None))
+    """True for learned retrievers (routers, re-rankers) that must be fitted on a training split (they declare ``learned``)."""
+    return bool(getattr(retriever, "learned", False))

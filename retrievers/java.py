@@ -136,6 +136,14 @@ def jvm_info() -> dict:
             "java_home": os.environ.get("JAVA_HOME", "")}
 
 
+def jvm_facts() -> dict | None:
+    """:func:`jvm_info` of the JVM this process started (for a run manifest's hardware), ``None`` when none started.
+
+    Importing this module starts nothing and loads no Java package (its imports are the standard library's).
+    """
+    return jvm_info() if _STARTED else None
+
+
 def _javac() -> str | None:
     candidates = [os.environ.get("QA_JAVAC", "")]
     for home in (os.environ.get("JAVA_HOME", ""), "/usr/lib/jvm/default-java"):

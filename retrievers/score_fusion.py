@@ -34,7 +34,7 @@ import numpy as np
 
 from data.errors import UserError
 from data.types import Corpus
-from retrievers.base import Retriever
+from retrievers.base import Retriever, RetrieverBase
 from retrievers.pooling import (
     check_members,
     check_positive_int,
@@ -114,7 +114,7 @@ def score_fusion(
     return rank_pool(pool.ids, fused, k)
 
 
-class ScoreFusionRetriever:
+class ScoreFusionRetriever(RetrieverBase):
     """Fuse member retrievers by weighted normalized scores (see module docstring).
 
     Parameters

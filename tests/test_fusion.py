@@ -45,10 +45,10 @@ def test_pool_unions_candidates_and_keeps_each_members_rank_and_score():
 
 def test_rrf_hand_computed():
     a, b = R([3, 1, 2], [3.0, 2.0, 1.0]), R([1, 4], [0.9, 0.8])
-    fused = reciprocal_rank_fusion([a, b], k=4, rrf_k=60)
+    fused = reciprocal_rank_fusion([a, b], k=4, rank_constant=60)
     assert fused.ids[0].tolist() == [1, 3, 4, 2]
     np.testing.assert_allclose(fused.scores[0], [1 / 62 + 1 / 61, 1 / 61, 1 / 62, 1 / 63], rtol=1e-6)
-    weighted = reciprocal_rank_fusion([a, b], k=4, rrf_k=60, weights=[2, 1])
+    weighted = reciprocal_rank_fusion([a, b], k=4, rank_constant=60, weights=[2, 1])
     assert weighted.ids[0].tolist() == [1, 3, 2, 4]
     np.testing.assert_allclose(weighted.scores[0], [2 / 62 + 1 / 61, 2 / 61, 2 / 63, 1 / 62], rtol=1e-6)
 
@@ -164,7 +164,7 @@ def test_build_fused_rejects_unknown_method_and_option():
         build_fused("fuse-minmax", members, {"weights": "1"})
     with pytest.raises(UserError, match="at least 2"):
         build_fused("route", members[:1], {})
-    assert build_fused("rrf", members, {"k": "10", "weights": "1,3"}).to_dict()["weights"] == [1.0, 3.0]
+    assert build_fused("rrf", members, {"rank_constant": "10", "weights": "1,3"}).to_dict()["weights"] == [1.0, 3.0]
 
 
 def test_rrf_retriever_searches_members_to_depth():
