@@ -42,6 +42,7 @@ class Registry(Generic[T]):
         self.what = what or kind.rstrip("s").replace("_", " ")  # e.g. "selector", "answer metric"
         self._items: dict[str, T] = {}
         self._plugins: dict[str, metadata.EntryPoint] | None = None
+        self._loaded: dict[str, T] = {}  # plugins loaded so far (kept apart from the built-ins)
 
     # -- registration ---------------------------------------------------------
     def register(self, name: str, item: T | str | None = None):
@@ -64,8 +65,9 @@ class Registry(Generic[T]):
         return self._plugins
 
     def reload_plugins(self) -> None:
-        """Forget the entry points read so far (after installing a plugin in a running process)."""
+        """Forget the entry points read and the plugins loaded so far (after installing a plugin in a running process)."""
         self._plugins = None
+        self._loaded = {}
 
     def get(self, name: str) -> T:
         """The component registered as ``name`` (a one-line error listing the known names otherwise)."""
@@ -84,6 +86,8 @@ class Registry(Generic[T]):
                 item = getattr(importlib.import_module(module), attr)
                 self._items[name] = item
             return item
+        if name in self._loaded:
+            return self._loaded[name]
         ep = self.plugins().get(name)
         if ep is None:
             return None
@@ -92,7 +96,7 @@ class Registry(Generic[T]):
         except Exception as e:  # a broken plugin install is the user's to fix, in one line
             raise UserError(f"{self.what} {name!r}: entry point {ep.value} ({self.group}) cannot be loaded "
                             f"({type(e).__name__}: {e})") from None
-        self._items[name] = item
+        self._loaded[name] = item
         return item
 
     def names(self) -> list[str]:
@@ -109,6 +113,9 @@ class Registry(Generic[T]):
 
     def items(self) -> list[tuple[str, T]]:
         return [(name, self.get(name)) for name in self.names()]
+
+    def values(self) -> list[T]:
+        return [self.get(name) for name in self.names()]
 
 
 # --------------------------------------------------------------- typed options
