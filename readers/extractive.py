@@ -31,6 +31,8 @@ import numpy as np
 import hardware
 from data.errors import UserError
 from data.io import atomic_path, sha256_text, warn
+from hardware.device import auto_device, is_device_name
+from readers.spans import best_spans, context_mask
 
 ALIASES: dict[str, str] = {
     "bert-base": "csarron/bert-base-uncased-squad-v1",
@@ -305,8 +307,7 @@ class ExtractiveReader:
             raise UserError(f"reader max_batch_tokens={self.max_batch_tokens}: must be at least max_length={self.max_length}")
         if self.dtype not in _DTYPES:
             raise UserError(f"reader dtype={self.dtype!r}: expected one of {', '.join(_DTYPES)}")
-        dev = str(self.device)
-        if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
+        if not is_device_name(self.device):
             raise UserError(f"reader device={self.device!r}: expected auto, cpu, cuda or cuda:<index>")
 
     def _resolve_device_dtype(self):
@@ -314,7 +315,7 @@ class ExtractiveReader:
 
         dev = str(self.device)
         if dev == "auto":
-            dev = "cuda" if torch.cuda.is_available() else "cpu"
+            dev = auto_device()
         if dev.startswith("cuda"):
             if not torch.cuda.is_available():
                 raise UserError(f"reader device={self.device!r}: CUDA is not available on this machine")
@@ -548,8 +549,11 @@ class ExtractiveReader:
                 s, i, j = best_spans(
                     out.start_logits.float(),
                     out.end_logits.float(),
-                    torch.from_numpy(ctx_lo[rows] - col0).to(device),
-                    torch.from_numpy(ctx_hi[rows] - col0).to(device),
+                    context_mask(
+                        span,
+                        torch.from_numpy(ctx_lo[rows] - col0).to(device),
+                        torch.from_numpy(ctx_hi[rows] - col0).to(device),
+                    ),
                     self.max_answer_tokens,
                 )
                 win_score[rows] = s.cpu().numpy()
@@ -572,34 +576,6 @@ class ExtractiveReader:
         start[pairs_ok] = offsets[best_ok, win_start[best_ok], 0]
         end[pairs_ok] = offsets[best_ok, win_end[best_ok], 1]
         return score, start, end
-
-
-def best_spans(start_logits, end_logits, ctx_lo, ctx_hi, max_answer_tokens: int):
-    """Best span per window by start + end logit (Devlin et al., 2019, §4.2).
-
-    ``start_logits``/``end_logits`` are float tensors [B, L]; the span must lie
-    in ``[ctx_lo, ctx_hi]`` (the passage tokens) with ``i <= j < i +
-    max_answer_tokens``.  Instead of the full L x L table this scores the band
-    of the upper triangle only: ``score[b, i, k] = start[b, i] + end[b, i + k]``
-    for ``k < max_answer_tokens`` (B x L x A work).  Returns (score, i, j) per
-    window; score is ``-inf`` for a window without passage tokens.
-    """
-    import torch
-    import torch.nn.functional as F
-
-    batch, width = start_logits.shape
-    pos = torch.arange(width, device=start_logits.device)
-    inside = (pos[None, :] >= ctx_lo[:, None]) & (pos[None, :] <= ctx_hi[:, None])
-    neg = torch.tensor(float("-inf"), device=start_logits.device, dtype=start_logits.dtype)
-    start = torch.where(inside, start_logits, neg)
-    end = torch.where(inside, end_logits, neg)
-    band = int(max_answer_tokens)
-    end_band = F.pad(end, (0, band - 1), value=float("-inf")).unfold(1, band, 1)  # [B, L, A]: end[b, i + k]
-    total = (start[:, :, None] + end_band).reshape(batch, -1)
-    score, flat = total.max(dim=1)
-    i = torch.div(flat, band, rounding_mode="floor")
-    j = i + flat % band
-    return score, i, j
 
 
 def _padded_span(length: int, multiple: int, width: int) -> int:

@@ -7,7 +7,8 @@ into overlapping windows (``max_length``, ``stride``), and the answer labelled
 by its first and last token inside the window, or by the CLS token when the
 window does not hold the whole answer.  Decoding takes, per question, the span
 of at most ``max_answer_tokens`` context tokens that maximises start logit +
-end logit over all of the question's windows.
+end logit over all of the question's windows (:func:`readers.spans.best_spans`;
+among equal scores the shortest span, then the earliest start).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from data.progress import tqdm  # a line every 30 s when stderr is not a termina
 
 from data.errors import UserError
 from data.squad import load_squad_json
+from readers.spans import SHORTEST, best_spans  # noqa: F401 - best_spans: kept importable from here
 
 # the original BERT script cuts questions to 64 tokens so a window always has room for context
 MAX_QUESTION_TOKENS = 64
@@ -198,34 +200,6 @@ def _cut_questions(questions: list[str], tokenizer) -> list[str]:
     return out
 
 
-def best_spans(
-    start_logits: np.ndarray, end_logits: np.ndarray, allowed: np.ndarray, max_answer_tokens: int = 30
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row, the span ``s <= e < s + max_answer_tokens`` over allowed tokens maximising start + end logit.
-
-    Arrays are ``[B, L]``; returns ``(scores, starts, ends)``; a row with no
-    allowed token gets score ``-inf`` and span ``(0, 0)``.
-    """
-    start_logits = np.asarray(start_logits, dtype=np.float64)
-    end_logits = np.asarray(end_logits, dtype=np.float64)
-    allowed = np.asarray(allowed, dtype=bool)
-    rows, width = start_logits.shape
-    s = np.where(allowed, start_logits, -np.inf)
-    e = np.where(allowed, end_logits, -np.inf)
-    best = np.full(rows, -np.inf)
-    best_start = np.zeros(rows, dtype=np.int64)
-    best_len = np.zeros(rows, dtype=np.int64)
-    for k in range(min(max_answer_tokens, width)):
-        score = s[:, : width - k] + e[:, k:]
-        arg = score.argmax(axis=1)
-        val = score[np.arange(rows), arg]
-        better = val > best
-        best = np.where(better, val, best)
-        best_start = np.where(better, arg, best_start)
-        best_len = np.where(better, k, best_len)
-    return best, best_start, best_start + best_len
-
-
 def decode_answers(
     examples: list[SquadExample],
     windows: Windows,
@@ -239,7 +213,8 @@ def decode_answers(
     for w in range(len(windows)):
         offs = windows.offsets(w)
         allowed = (offs[:, 0] >= 0)[None, :]
-        score, s, e = best_spans(start_logits[w][None, :], end_logits[w][None, :], allowed, max_answer_tokens)
+        score, s, e = best_spans(start_logits[w][None, :], end_logits[w][None, :], allowed, max_answer_tokens,
+                                 ties=SHORTEST)
         ex = int(windows.example_index[w])
         if score[0] > best_score[ex]:
             best_score[ex] = score[0]

@@ -21,7 +21,8 @@ from hypothesis.extra.numpy import arrays
 
 from data.errors import UserError
 from readers.aggregate import choose_passage, choose_passage_every_n, passage_scores
-from readers.extractive import ExtractiveReader, ReadCache, best_spans
+from readers.extractive import ExtractiveReader, ReadCache
+from readers.spans import best_spans, context_mask
 
 DATA = Path(os.environ.get("QA_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
 READER = Path(os.environ.get("QA_MODELS_DIR", Path(__file__).resolve().parents[2] / "shared" / "models")) / "minilm-squad-reader"
@@ -228,7 +229,8 @@ def test_band_decoding_equals_brute_force(batch, width, max_answer, data):
     logits = data.draw(arrays(np.float32, (2, batch, width), elements=st.floats(-8, 8, width=32)))
     lo = np.array([data.draw(st.integers(0, width - 1)) for _ in range(batch)])
     hi = np.array([data.draw(st.integers(-1, width - 1)) for _ in range(batch)])
-    score, i, j = best_spans(torch.from_numpy(logits[0]), torch.from_numpy(logits[1]), torch.from_numpy(lo), torch.from_numpy(hi), max_answer)
+    score, i, j = best_spans(torch.from_numpy(logits[0]), torch.from_numpy(logits[1]),
+                            context_mask(width, torch.from_numpy(lo), torch.from_numpy(hi)), max_answer)
     for b in range(batch):
         best = max(
             (logits[0, b, s] + logits[1, b, e] for s in range(lo[b], hi[b] + 1) for e in range(s, min(hi[b], s + max_answer - 1) + 1)),
