@@ -7,6 +7,7 @@ Shared by the local engine (:mod:`pipeline.engine`) and the Ray actors
 from __future__ import annotations
 
 from data.errors import UserError
+from hardware.device import is_out_of_memory, release_accelerator_memory, warn_out_of_memory
 
 
 def read_pairs_halving(reader, questions: list[str], passages: list[str], cache=None):
@@ -16,8 +17,6 @@ def read_pairs_halving(reader, questions: list[str], passages: list[str], cache=
     stay halved for the rest of the run; the run says so once.  With a cache,
     the chunks finished before the error are not read again.
     """
-    from retrievers.encoder import is_out_of_memory, release_accelerator_memory, warn_out_of_memory
-
     while True:
         try:
             return reader.read_pairs(questions, passages, cache=cache)

@@ -23,6 +23,14 @@ import numpy as np
 from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
 from data.errors import UserError
+# device names and out-of-memory recovery live in hardware.device; kept importable from here
+from hardware.device import (  # noqa: F401
+    is_out_of_memory,
+    release_accelerator_memory,
+    resolve_device,
+    run_in_batches,
+    warn_out_of_memory,
+)
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 
@@ -41,23 +49,6 @@ def resolve_encoder(name_or_path: str | None) -> str:
         if name_or_path in {None, "", "minilm", DEFAULT_ENCODER} or Path(default_encoder_path()).exists():
             return default_encoder_path()
     return str(name_or_path)
-
-
-def resolve_device(device: str = "auto") -> str:
-    import torch
-
-    device = str(device)
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device in ("cpu", "mps"):
-        return device
-    if device != "cuda" and not (device.startswith("cuda:") and device[5:].isdigit()):
-        raise UserError(f"--device {device!r}: use auto, cpu or cuda[:i]")
-    if not torch.cuda.is_available():
-        raise UserError(f"--device {device}: CUDA is not available on this machine")
-    if ":" in device and int(device[5:]) >= torch.cuda.device_count():
-        raise UserError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    return device
 
 
 @lru_cache(maxsize=4)
@@ -126,7 +117,7 @@ def encode_texts(
     first batch shows the peak memory), and packed into batches of at most
     ``token_budget`` padded tokens (default: :data:`CPU_TOKEN_BUDGET` on the CPU,
     :data:`CUDA_TOKEN_BUDGET` on CUDA).  A batch that runs out of CUDA memory is
-    halved and retried (:func:`run_in_batches`).
+    halved and retried (:func:`hardware.device.run_in_batches`).
     """
     import torch
 
@@ -178,72 +169,4 @@ def encode_texts(
     flat = np.concatenate(chunks, axis=0)
     out = np.empty_like(flat)
     out[order] = flat
-    return out
-
-
-# ------------------------------------------------------------ out of memory
-_OOM_WARNED: set[str] = set()
-
-
-def is_out_of_memory(err: BaseException) -> bool:
-    """True for a CUDA (or other accelerator) out-of-memory error."""
-    try:
-        import torch
-
-        if isinstance(err, torch.OutOfMemoryError):
-            return True
-    except (ImportError, AttributeError):
-        pass
-    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower() and "cuda" in str(err).lower()
-
-
-def release_accelerator_memory() -> None:
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except ImportError:
-        pass
-
-
-def warn_out_of_memory(what: str, size: int) -> None:
-    """Say once per run and component that batches were halved."""
-    if what in _OOM_WARNED:
-        return
-    _OOM_WARNED.add(what)
-    from data.io import warn
-
-    warn(f"{what}: out of accelerator memory; batches halved to {size} and retried")
-
-
-def run_in_batches(n: int, batch_size, run, *, what: str = "batch") -> list:
-    """``run(lo, hi)`` over ``[0, n)`` in consecutive batches; the results, in order.
-
-    ``batch_size`` is an int or ``lo -> int`` (the size of the batch that
-    starts at ``lo``).  A batch that runs out of CUDA memory is halved and
-    retried, and every later batch is capped at the halved size; the run says
-    so once (a ``warning:`` line).  A single item that does not fit is a
-    ``UserError``.
-    """
-    out = []
-    cap: int | None = None
-    lo = 0
-    while lo < n:
-        size = batch_size(lo) if callable(batch_size) else int(batch_size)
-        if cap is not None:
-            size = min(size, cap)
-        size = max(1, min(size, n - lo))
-        try:
-            out.append(run(lo, lo + size))
-        except Exception as err:
-            if not is_out_of_memory(err):
-                raise
-            release_accelerator_memory()
-            if size == 1:
-                raise UserError(f"{what}: out of accelerator memory with a batch of one (use --device cpu or a smaller max length)") from None
-            cap = size // 2
-            warn_out_of_memory(what, cap)
-            continue
-        lo += size
     return out
