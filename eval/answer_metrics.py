@@ -25,7 +25,10 @@
 * BERT-F1: see ``eval.bertscore.bert_f1``.
 
 ``answer_metrics`` scores a whole run at once and returns one array per metric
-(NaN for questions without gold answers).
+(NaN for questions without gold answers); it finds metrics by name in
+``eval.registry.ANSWER_METRICS``, where :data:`EM`, :data:`F1`,
+:data:`ROUGE_L` and :data:`METEOR` are registered (and ``bert_f1``, a batch
+metric, from ``eval.bertscore``).
 """
 
 from __future__ import annotations
@@ -34,12 +37,13 @@ import re
 import string
 from collections import Counter
 from functools import lru_cache
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from data.errors import UserError
 from data.types import LANGUAGES
+from eval.registry import ANSWER_METRICS, AnswerMetric
 
 METRICS = ("em", "f1", "rouge_l", "meteor")
 
@@ -173,7 +177,15 @@ class AnswerScores(dict):
         self.info: dict[str, dict] = {}
 
 
-_SCALAR = {"em": exact_match, "f1": f1, "rouge_l": rouge_l, "meteor": meteor}
+# The registry entries of the per-answer metrics above (eval.registry.ANSWER_METRICS names them lazily).
+EM = AnswerMetric("em", exact_match, display="EM", sweep="cell", description="exact match (SQuAD v1.1)")
+F1 = AnswerMetric("f1", f1, display="F1", sweep="cell", description="token F1 (SQuAD v1.1)")
+ROUGE_L = AnswerMetric("rouge_l", rouge_l, display="ROUGE-L", description="ROUGE-L F-measure (rouge-score)")
+METEOR = AnswerMetric("meteor", meteor, display="METEOR", description="METEOR with WordNet synonyms (NLTK)")
+
+
+def _golds_of(golds: Sequence) -> list[str]:
+    return [g for g in golds if isinstance(g, str)]
 
 
 def answer_metrics(
@@ -183,14 +195,21 @@ def answer_metrics(
     metrics: Sequence[str] = METRICS,
     bertscore: dict | None = None,
     progress: bool = True,
+    options: Mapping[str, Mapping] | None = None,
 ) -> "AnswerScores":
-    """Per-question scores of a run: ``{metric: float64 array [Q]}``.
+    """Per-question scores of a run: ``{metric: float64 array [Q]}``, in the order of ``metrics``.
 
-    ``metrics`` are any of ``em``, ``f1``, ``rouge_l``, ``meteor``; pass
-    ``bertscore={"model": PATH_OR_NAME, "num_layers": L, ...}`` (keyword
-    arguments of ``eval.bertscore.bert_f1``) to add ``bert_f1``; what
-    produced it (model, layer, versions) is then in ``result.info["bert_f1"]``.
-    Questions without gold answers score NaN.
+    ``metrics`` are names in :data:`eval.registry.ANSWER_METRICS` (``em``,
+    ``f1``, ``rouge_l``, ``meteor``, ``bert_f1`` and installed plugins; an
+    unknown name is a one-line ``UserError`` listing the known ones).
+    ``options`` gives a batch metric its keyword options, e.g. ``{"bert_f1":
+    {"model": PATH, "num_layers": 6}}`` (checked before anything is scored;
+    options of a metric not in ``metrics`` are ignored).  ``bertscore={...}``
+    (keyword arguments of ``eval.bertscore.bert_f1``) is the older spelling:
+    it adds ``bert_f1`` with those options.  A batch metric gets ``language``
+    unless its options name one.  What produced a batch metric (model, layer,
+    versions) is in ``result.info[name]``.  Questions without gold answers
+    score NaN.
     """
     from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
@@ -198,32 +217,40 @@ def answer_metrics(
     metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
     if len(predictions) != len(golds):
         raise UserError(f"{len(predictions)} predictions but {len(golds)} gold answer lists")
-    unknown = [m for m in metrics if m not in _SCALAR]
-    if unknown:
-        raise UserError(f"unknown answer metric {unknown[0]!r} (known: {', '.join(METRICS)}, and bertscore=...)")
+    entries = {m: ANSWER_METRICS.get(m) for m in dict.fromkeys(metrics)}
+    labels: dict[str, str] = {}
+    chosen: dict[str, Mapping] = {}
+    for name, opts in (options or {}).items():
+        ANSWER_METRICS.get(name)  # a misspelt name is an error even when not computed
+        chosen[name] = opts or {}
+    if bertscore is not None:
+        entries.setdefault("bert_f1", ANSWER_METRICS.get("bert_f1"))
+        chosen["bert_f1"] = {**chosen.get("bert_f1", {}), **bertscore}
+        labels["bert_f1"] = "bertscore option"
+    checked = {m: e.check_options(chosen.get(m), labels.get(m)) for m, e in entries.items()}
     if isinstance(predictions, str) or any(not isinstance(p, str) for p in predictions):
         raise UserError("predictions must be a list of strings")
     n = len(predictions)
-    out = AnswerScores({m: np.full(n, np.nan, dtype=np.float64) for m in metrics})
+    out = AnswerScores({m: np.full(n, np.nan, dtype=np.float64) for m in entries})
+    scalar = [(m, e.score) for m, e in entries.items() if not e.batch]
     rows = range(n)
-    if metrics:
+    if scalar:
         rows = tqdm(rows, desc="answer metrics", unit="q", disable=not progress or n < 500)
     for q in rows:
-        gold = [g for g in golds[q] if isinstance(g, str)]
+        gold = _golds_of(golds[q])
         if not gold:
             continue
-        for m in metrics:
-            out[m][q] = _SCALAR[m](predictions[q], gold, language)
-    if bertscore is not None:
-        from eval.bertscore import bert_f1
-
-        import inspect
-
-        allowed = set(inspect.signature(bert_f1).parameters) - {"predictions", "references_list"}
-        unknown_options = sorted(set(bertscore) - allowed)
-        if unknown_options:
-            raise UserError(f"unknown bertscore option {unknown_options[0]!r} (known: {', '.join(sorted(allowed))})")
-        scores, info = bert_f1(list(predictions), [list(g) for g in golds], **bertscore)
-        out["bert_f1"] = scores
-        out.info["bert_f1"] = info
+        for m, score in scalar:
+            out[m][q] = score(predictions[q], gold, language)
+    for m, e in entries.items():
+        if e.batch:
+            kwargs = {"language": language, **checked[m]}
+            values, info = e.score(list(predictions), [_golds_of(g) for g in golds], **kwargs)
+            values = np.asarray(values, dtype=np.float64)
+            if values.shape != (n,):
+                raise UserError(f"answer metric {m!r} returned {values.shape} values for {n} predictions")
+            values = values.copy()
+            values[[not _golds_of(g) for g in golds]] = np.nan
+            out[m] = values
+            out.info[m] = info
     return out

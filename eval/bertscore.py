@@ -265,3 +265,18 @@ def bert_f1(
     info["pairs_scored"] = len(missing)
     info["pairs_cached"] = len(todo) - len(missing)
     return scores, info
+
+
+def _bert_f1_entry():
+    from data.plugins import parameters
+    from eval.registry import AnswerMetric
+
+    return AnswerMetric(
+        "bert_f1", bert_f1, display="BERT-F1", batch=True, sweep="batch",
+        options=tuple(parameters(bert_f1, skip=("predictions", "references_list"))),
+        description="BERTScore F1, max over references (bert-score; model and layer in info)",
+    )
+
+
+# The registry entry (eval.registry.ANSWER_METRICS names it lazily): a batch metric with options.
+BERT_F1 = _bert_f1_entry()
