@@ -305,8 +305,8 @@ class RunConfig(Config):
         try:
             parse_selector(v)
         except UserError as e:
-            message = str(e)
-            raise ValueError(message.split(": ", 1)[1] if message.startswith("selector ") and ": " in message else message) from None
+            message, prefix = str(e), f"selector {v!r}: "
+            raise ValueError(message[len(prefix):] if message.startswith(prefix) else message) from None
         return v
 
 
