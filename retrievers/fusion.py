@@ -52,3 +52,9 @@ def build_fused(method: str, members: Sequence[Retriever], options: Mapping[str,
 def needs_fit(retriever: Any) -> bool:
     """True for learned retrievers (routers, re-rankers) that must be fitted on a training split (they declare ``learned``)."""
     return bool(getattr(retriever, "learned", False))
+
+
+def method_learned(method: str) -> bool:
+    """Whether the fusion method ``method`` (a :data:`~retrievers.registry.FUSERS` name) is learned, before building one."""
+    cls, _ = fusion_method(FUSERS.get(method))
+    return bool(getattr(cls, "learned", False))

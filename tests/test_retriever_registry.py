@@ -19,7 +19,7 @@ from data.errors import UserError
 from retrievers.base import Retriever, RetrieverBase, run_facts, walk
 from retrievers.bm25 import BM25Retriever
 from retrievers.dense import DenseRetriever
-from retrievers.fusion import FUSION_METHODS, build_fused, needs_fit
+from retrievers.fusion import FUSION_METHODS, build_fused, method_learned, needs_fit
 from retrievers.mrrank import MrRankRetriever
 from retrievers.registry import FUSERS, RETRIEVERS, fusion_method, make_retriever
 from retrievers.routing import RouterRetriever, StatisticalRouterRetriever
@@ -119,7 +119,7 @@ def test_learned_and_members_are_declared():
         members = [BM25Retriever(), DenseRetriever()]
         fused = make_retriever(f"{method}:bm25+dense")
         assert isinstance(fused, Retriever)
-        assert needs_fit(fused) is fused.learned is (method in ("route", "mrrank"))
+        assert needs_fit(fused) is fused.learned is method_learned(method) is (method in ("route", "mrrank"))
         assert [type(m) for m in fused.members] == [BM25Retriever, DenseRetriever]
         assert isinstance(build_fused(method, members).members, list)  # the Ray engine swaps members in place
     # a retriever that only satisfies the protocol: not learned, no members, no facts
