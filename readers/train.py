@@ -38,8 +38,10 @@ import re
 import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -210,8 +212,30 @@ class ReaderTrainer:
 
     def _fit(self, torch, dist, started, train_file, out_dir, dev_file, checkpoint, source, train_examples,
              dev_examples):
-        from transformers import get_linear_schedule_with_warmup
+        run = self._prepare(torch, dist, started, train_file, dev_file, checkpoint, source, train_examples,
+                            dev_examples)
+        self._build_optimizer(run)
+        if run.state is not None:
+            self._restore(run, checkpoint)
+        run.train_model = run.model
+        if dist.world > 1:
+            from torch.nn.parallel import DistributedDataParallel
 
+            run.train_model = DistributedDataParallel(
+                run.model, device_ids=[run.device.index] if run.device.type == "cuda" else None
+            )
+        manifest = self._start_outputs(run, out_dir, train_file, dev_file, checkpoint, source, train_examples)
+        stop_reason = self._train(run, out_dir)
+        metrics = self._finish(run, out_dir, manifest, stop_reason)
+        self.history_ = run.history
+        self.dev_metrics_ = metrics
+        self.step_ = run.step
+        self.stop_reason_ = stop_reason
+        return self
+
+    def _prepare(self, torch, dist, started, train_file, dev_file, checkpoint, source, train_examples,
+                 dev_examples) -> "_Run":
+        """Data hashes and the resume's plan check, seeds, the model on its device, the examples cut into windows."""
         from readers.squad_features import build_windows
 
         train_sha = sha256_file(train_file)
@@ -249,37 +273,45 @@ class ReaderTrainer:
             (device.type == "cuda" and torch.cuda.is_bf16_supported())
             or (device.type == "cpu" and cpu_has_native_bf16())))
         model.to(device)
-        decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim >= 2]
-        no_decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim < 2]
-        optimizer = torch.optim.AdamW(
+        return _Run(torch=torch, dist=dist, started=started, plan=plan, state=state, train_sha=train_sha,
+                    dev_sha=dev_sha, model=model, tokenizer=tokenizer, show=show, train_windows=train_windows,
+                    dev_examples=dev_examples, dev_windows=dev_windows, steps_per_epoch=steps_per_epoch,
+                    total_steps=total_steps, device=device, use_bf16=use_bf16)
+
+    def _build_optimizer(self, run: "_Run") -> None:
+        """AdamW (no weight decay on biases and norms) with linear warm-up and decay."""
+        from transformers import get_linear_schedule_with_warmup
+
+        torch = run.torch
+        decay = [p for n, p in run.model.named_parameters() if p.requires_grad and p.ndim >= 2]
+        no_decay = [p for n, p in run.model.named_parameters() if p.requires_grad and p.ndim < 2]
+        run.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=self.lr,
         )
-        warmup = int(round(self.warmup_ratio * total_steps))
-        scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
-        step = 0
-        elapsed_before = 0.0
-        if state is not None:
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            step = int(state["step"])
-            elapsed_before = float(state["elapsed_s"])
-            epoch, index = divmod(step, steps_per_epoch)
-            if (epoch, index) != (int(state["epoch"]), int(state["batch_in_epoch"])):
-                raise UserError(f"{checkpoint}: data position {state['epoch']}/{state['batch_in_epoch']} "
-                                f"does not match step {step} at {steps_per_epoch} steps per epoch")
-            _restore_rng(state["rng"], dist.rank, torch)
-        train_model = model
-        if dist.world > 1:
-            from torch.nn.parallel import DistributedDataParallel
+        run.warmup = int(round(self.warmup_ratio * run.total_steps))
+        run.scheduler = get_linear_schedule_with_warmup(run.optimizer, run.warmup, run.total_steps)
 
-            train_model = DistributedDataParallel(
-                model, device_ids=[device.index] if device.type == "cuda" else None
-            )
+    def _restore(self, run: "_Run", checkpoint: Path) -> None:
+        """Optimizer, schedule, step, elapsed time and RNG states of the checkpoint being resumed."""
+        state = run.state
+        run.optimizer.load_state_dict(state["optimizer"])
+        run.scheduler.load_state_dict(state["scheduler"])
+        run.step = int(state["step"])
+        run.elapsed_before = float(state["elapsed_s"])
+        epoch, index = divmod(run.step, run.steps_per_epoch)
+        if (epoch, index) != (int(state["epoch"]), int(state["batch_in_epoch"])):
+            raise UserError(f"{checkpoint}: data position {state['epoch']}/{state['batch_in_epoch']} "
+                            f"does not match step {run.step} at {run.steps_per_epoch} steps per epoch")
+        _restore_rng(state["rng"], run.dist.rank, run.torch)
 
+    def _start_outputs(self, run: "_Run", out_dir, train_file, dev_file, checkpoint, source,
+                       train_examples) -> dict:
+        """The output directory, the log (a resume keeps its rows up to the checkpoint) and a running manifest."""
+        dist = run.dist
         out_dir.mkdir(parents=True, exist_ok=True)
-        log_path = out_dir / LOG_FILE
-        history = _start_log(log_path, step if state is not None else 0) if dist.is_main else []
+        run.log_path = out_dir / LOG_FILE
+        run.history = _start_log(run.log_path, run.step if run.state is not None else 0) if dist.is_main else []
         manifest = {
             "command": "readers.train",
             "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -288,32 +320,38 @@ class ReaderTrainer:
             "base_resolved": source if checkpoint is None else None,
             "resumed_from": None if checkpoint is None else str(checkpoint),
             "seed": self.seed,
-            "data": {"train": {"path": str(train_file), "sha256": train_sha, "questions": len(train_examples),
-                               "windows": len(train_windows)},
-                     "dev": None if dev_file is None else {"path": str(dev_file), "sha256": dev_sha,
-                                                           "questions": len(dev_examples),
-                                                           "windows": len(dev_windows)}},
-            "steps_per_epoch": steps_per_epoch,
-            "total_steps": total_steps,
-            "warmup_steps": warmup,
-            "device": str(device),
+            "data": {"train": {"path": str(train_file), "sha256": run.train_sha, "questions": len(train_examples),
+                               "windows": len(run.train_windows)},
+                     "dev": None if dev_file is None else {"path": str(dev_file), "sha256": run.dev_sha,
+                                                           "questions": len(run.dev_examples),
+                                                           "windows": len(run.dev_windows)}},
+            "steps_per_epoch": run.steps_per_epoch,
+            "total_steps": run.total_steps,
+            "warmup_steps": run.warmup,
+            "device": str(run.device),
             "world_size": dist.world,
-            "bf16": use_bf16,
-            "versions": _versions(torch),
+            "bf16": run.use_bf16,
+            "versions": _versions(run.torch),
         }
         if dist.is_main:
             write_json(out_dir / "manifest.json", manifest)
             _clean_temp_dirs(out_dir)
+        return manifest
 
-        autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    def _train(self, run: "_Run", out_dir: Path) -> str:
+        """Optimizer steps until the schedule ends or time runs out, evaluating and checkpointing on the way.
+
+        Returns the stop reason: ``"finished"`` or ``"time limit"``.
+        """
+        torch, dist, device, train_windows = run.torch, run.dist, run.device, run.train_windows
+        pad_id = run.tokenizer.pad_token_id if run.tokenizer.pad_token_id is not None else 0
         input_names = set(train_windows.inputs) | {"attention_mask", "start_positions", "end_positions"}
         orders: dict[int, np.ndarray] = {}
-        stop_reason = "finished" if step >= total_steps else None
-        bar = _progress(total_steps, step, show)
-        train_model.train()
+        stop_reason = "finished" if run.step >= run.total_steps else None
+        bar = _progress(run.total_steps, run.step, run.show)
+        run.train_model.train()
         while stop_reason is None:
-            epoch, index = divmod(step, steps_per_epoch)
+            epoch, index = divmod(run.step, run.steps_per_epoch)
             if epoch not in orders:
                 orders = {epoch: length_grouped_order(train_windows.lengths, self.batch_size, self.group_size,
                                                       self.seed, epoch)}
@@ -323,52 +361,53 @@ class ReaderTrainer:
                  for k, v in train_windows.batch(rows[dist.rank :: dist.world], pad_id).items() if k in input_names}
                 for rows in np.split(batch_rows, self.grad_accum)
             ]
-            step_loss, grad_norm, lr = optimizer_step(train_model, micro_batches, optimizer, scheduler,
-                                                      self.max_grad_norm, autocast)
-            step += 1
+            step_loss, grad_norm, lr = optimizer_step(run.train_model, micro_batches, run.optimizer, run.scheduler,
+                                                      self.max_grad_norm, run.autocast)
+            run.step += 1
+            step = run.step
             if dist.world > 1:
                 torch.distributed.all_reduce(step_loss)
                 step_loss /= dist.world
-            elapsed = elapsed_before + time.monotonic() - started
+            elapsed = run.elapsed_before + time.monotonic() - run.started
             if dist.is_main:
                 row = {"step": step, "epoch": epoch, "loss": float(step_loss), "lr": lr,
                        "grad_norm": float(grad_norm), "elapsed_s": round(elapsed, 3), "windows": len(batch_rows)}
-                _append_log(log_path, row, history)
+                _append_log(run.log_path, row, run.history)
                 bar.update(1)
                 bar.set_postfix(loss=f"{row['loss']:.3f}", lr=f"{lr:.2e}")
-            if step >= total_steps:
+            if step >= run.total_steps:
                 stop_reason = "finished"
-            elif self.max_minutes is not None and dist.agree(time.monotonic() - started > self.max_minutes * 60):
+            elif self.max_minutes is not None and dist.agree(time.monotonic() - run.started > self.max_minutes * 60):
                 stop_reason = "time limit"
-            if self.eval_every and step % self.eval_every == 0 and dev_examples is not None and stop_reason is None:
-                self._evaluate_logged(torch, model, tokenizer, dev_examples, dev_windows, dist, step,
-                                      elapsed_before + time.monotonic() - started, log_path, history, autocast)
-                train_model.train()
+            if self.eval_every and step % self.eval_every == 0 and run.dev_examples is not None and stop_reason is None:
+                self._evaluate_logged(torch, run.model, run.tokenizer, run.dev_examples, run.dev_windows, dist, step,
+                                      run.elapsed(), run.log_path, run.history, run.autocast)
+                run.train_model.train()
             if step % self.checkpoint_every == 0 or stop_reason is not None:
-                self._save_checkpoint(torch, model, tokenizer, optimizer, scheduler, dist, out_dir, plan, step,
-                                      steps_per_epoch, elapsed_before + time.monotonic() - started)
+                self._save_checkpoint(torch, run.model, run.tokenizer, run.optimizer, run.scheduler, dist, out_dir,
+                                      run.plan, step, run.steps_per_epoch, run.elapsed())
                 if dist.is_main:
-                    plot_training_log(history, out_dir / "loss.png")
+                    plot_training_log(run.history, out_dir / "loss.png")
         bar.close()
+        return stop_reason
+
+    def _finish(self, run: "_Run", out_dir: Path, manifest: dict, stop_reason: str):
+        """The final model, the final dev evaluation, the finished manifest; returns the dev metrics (or ``None``)."""
+        dist = run.dist
         if dist.is_main:
-            _save_final_model(model, tokenizer, out_dir)
+            _save_final_model(run.model, run.tokenizer, out_dir)
         metrics = None
-        if dev_examples is not None:
-            metrics = self._evaluate_logged(torch, model, tokenizer, dev_examples, dev_windows, dist, step,
-                                            elapsed_before + time.monotonic() - started, log_path, history,
-                                            autocast, final_dir=out_dir)
+        if run.dev_examples is not None:
+            metrics = self._evaluate_logged(run.torch, run.model, run.tokenizer, run.dev_examples, run.dev_windows,
+                                            dist, run.step, run.elapsed(), run.log_path, run.history, run.autocast,
+                                            final_dir=out_dir)
         if dist.is_main:
-            plot_training_log(history, out_dir / "loss.png")
-            manifest.update(status=stop_reason, steps_done=step,
-                            elapsed_s=round(elapsed_before + time.monotonic() - started, 3),
+            plot_training_log(run.history, out_dir / "loss.png")
+            manifest.update(status=stop_reason, steps_done=run.step, elapsed_s=round(run.elapsed(), 3),
                             finished=datetime.now(timezone.utc).isoformat(timespec="seconds"), dev_metrics=metrics)
             write_json(out_dir / "manifest.json", manifest)
         dist.barrier()
-        self.history_ = history
-        self.dev_metrics_ = metrics
-        self.step_ = step
-        self.stop_reason_ = stop_reason
-        return self
+        return metrics
 
     def get_params(self) -> dict:
         return {k: v for k, v in vars(self).items() if not k.endswith("_")}
@@ -421,6 +460,47 @@ class ReaderTrainer:
         for old in _list_checkpoints(out_dir)[: -self.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
         dist.barrier()
+
+
+@dataclass
+class _Run:
+    """One :meth:`ReaderTrainer.fit` call's state, handed between its steps."""
+
+    torch: Any
+    dist: "_Distributed"
+    started: float  # time.monotonic() when fit() began
+    plan: dict  # the settings a resume must keep (PLAN_KEYS)
+    state: dict | None  # the checkpoint being resumed
+    train_sha: str
+    dev_sha: str | None
+    model: Any
+    tokenizer: Any
+    show: bool  # progress bars (rank 0 only)
+    train_windows: Any
+    dev_examples: list | None
+    dev_windows: Any
+    steps_per_epoch: int
+    total_steps: int
+    device: Any
+    use_bf16: bool
+    train_model: Any = None  # the model, or its DistributedDataParallel wrapper
+    optimizer: Any = None
+    scheduler: Any = None
+    warmup: int = 0
+    step: int = 0  # optimizer steps done
+    elapsed_before: float = 0.0  # seconds spent before a resume
+    log_path: Path | None = None
+    history: list = field(default_factory=list)
+
+    def autocast(self):
+        """bfloat16 autocast when the run uses it, else a no-op context."""
+        if self.use_bf16:
+            return self.torch.autocast(self.device.type, dtype=self.torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def elapsed(self) -> float:
+        """Training seconds so far, over resumes."""
+        return self.elapsed_before + time.monotonic() - self.started
 
 
 # ---------------------------------------------------------------------- model
