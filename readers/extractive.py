@@ -539,7 +539,7 @@ class ExtractiveReader:
         multiple = CPU_AUTOCAST_SPAN_MULTIPLE if use_autocast and device == "cpu" else 1
         with torch.inference_mode():
             windows, tokens = self.batch_shape(device)
-            for batch in _batches(lengths[order], windows, tokens, multiple, width):
+            for batch in window_batches(lengths[order], windows, tokens, multiple, width):
                 rows = order[batch]
                 span = _padded_span(int(lengths[rows].max()), multiple, width)
                 col0 = width - span if pad_left else 0  # the batch's columns: [col0, col0 + span)
@@ -583,8 +583,8 @@ def _padded_span(length: int, multiple: int, width: int) -> int:
     return min(width, -(-length // multiple) * multiple)
 
 
-def _batches(sorted_lengths: np.ndarray, batch_size: int, max_batch_tokens: int | None, multiple: int = 1,
-             width: int = 1 << 30):
+def window_batches(sorted_lengths: np.ndarray, batch_size: int, max_batch_tokens: int | None, multiple: int = 1,
+                   width: int = 1 << 30):
     """Slices of consecutive windows (sorted by length, longest first) per forward pass."""
     n = len(sorted_lengths)
     lo = 0
@@ -596,6 +596,9 @@ def _batches(sorted_lengths: np.ndarray, batch_size: int, max_batch_tokens: int 
             hi = min(hi, lo + fit)
         yield slice(lo, hi)
         lo = hi
+
+
+_batches = window_batches  # the former private name (bench/reader_batch.py imports it)
 
 
 def _progress_bar(enabled: bool):
