@@ -216,7 +216,9 @@ def child(stage: str, tsv: str, qa: str, depth: int, questions: int, read_questi
         stages.resolve_open_gold(ds.queries, ds.corpus, ranking)
         info["has_answer_s"] = round(time.perf_counter() - t0, 3)
         info["questions"] = len(ds.queries)
-        info["dpr"] = stages.open_metrics(ranking, ds)["dpr"]["accuracy"]
+        from eval.retrieval_families import retrieval_metrics
+
+        info["dpr"] = retrieval_metrics(ranking, ds, families=["dpr"])["dpr"]["accuracy"]
         top = stages.passages_for(ranking.subset(range(min(read_questions, len(ds.queries)))), ds.corpus, 5)
         from data.io import cache_dir, write_json
 

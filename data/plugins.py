@@ -22,6 +22,7 @@ constructors themselves: a parameter has one name everywhere.
 from __future__ import annotations
 
 import inspect
+import types
 import typing
 from importlib import metadata
 from typing import Any, Callable, Generic, Iterator, Mapping, TypeVar
@@ -155,6 +156,8 @@ def coerce(value: Any, annotation: Any, default: Any, field: str) -> Any:
             return True
         if text.lower() in _FALSE:
             return False
+        if str in types:
+            return value
         raise UserError(f"{field}: expected true/false, got {value!r}")
     if int in types:
         try:
@@ -177,8 +180,8 @@ def coerce(value: Any, annotation: Any, default: Any, field: str) -> Any:
 def _types_of(annotation: Any, default: Any) -> set:
     out: set = set()
     if annotation is not inspect.Parameter.empty and annotation is not None:
-        args = typing.get_args(annotation)
-        for t in (args or (annotation,)):
+        union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        for t in (typing.get_args(annotation) if union else (annotation,)):
             origin = typing.get_origin(t)
             out.add(origin or t)
     if not out or out == {Any}:

@@ -180,8 +180,8 @@ class AnswerScores(dict):
 # The registry entries of the per-answer metrics above (eval.registry.ANSWER_METRICS names them lazily).
 EM = AnswerMetric("em", exact_match, display="EM", sweep="cell", description="exact match (SQuAD v1.1)")
 F1 = AnswerMetric("f1", f1, display="F1", sweep="cell", description="token F1 (SQuAD v1.1)")
-ROUGE_L = AnswerMetric("rouge_l", rouge_l, display="ROUGE-L", description="ROUGE-L F-measure (rouge-score)")
-METEOR = AnswerMetric("meteor", meteor, display="METEOR", description="METEOR with WordNet synonyms (NLTK)")
+ROUGE_L = AnswerMetric("rouge_l", rouge_l, display="ROUGE-L", sweep="cell", description="ROUGE-L F-measure (rouge-score)")
+METEOR = AnswerMetric("meteor", meteor, display="METEOR", sweep="cell", description="METEOR with WordNet synonyms (NLTK)")
 
 
 def _golds_of(golds: Sequence) -> list[str]:

@@ -100,9 +100,9 @@ class AnswerMetric:
 
     @classmethod
     def from_function(cls, name: str, function: Callable[..., float]) -> "AnswerMetric":
-        """A plain per-answer function as an entry: shown as percent, no options, not in sweeps."""
+        """A plain per-answer function as an entry: shown as percent, no options, scored per cell in sweeps."""
         doc = (getattr(function, "__doc__", None) or "").strip().splitlines()
-        return cls(name, function, description=doc[0] if doc else "")
+        return cls(name, function, sweep="cell", description=doc[0] if doc else "")
 
     def check_options(self, options: Mapping[str, Any] | None, label: str | None = None) -> dict[str, Any]:
         """``options`` checked against :attr:`options` (``-`` or ``_`` in keys) and typed from the signature.

@@ -100,8 +100,7 @@ def select(selector, ranking: Ranking, dataset: Dataset, unit: str = "sentence")
     depth = min(selector_depth(selector), ranking.depth)
     passages = stages.passages_for(ranking.subset(rows), dataset.corpus, depth, unit)
     bearing = stages.answer_bearing(passages, queries.answers, queries.language, match=queries.answer_match, corpus=dataset.corpus)
-    n = selector.predict(passages.retriever_scores, first_relevant_rank=stages.first_true(bearing, none=depth))
-    return np.minimum(n, np.maximum((passages.keys >= 0).sum(axis=1), 1))
+    return stages.select_n(selector, passages, stages.first_true(bearing, none=depth))
 
 
 def make_reader(model: str, *, device: str = "auto", threads: int | None = None, **settings: Any):
@@ -132,10 +131,7 @@ def read(reader, dataset: Dataset, ranking: Ranking, n: int | Sequence[int] | np
         from readers.extractive import ReadCache
 
         cache = ReadCache(Path(cache_dir))
-    top = stages.Passages(keys=np.where(np.arange(depth)[None, :] < counts[:, None], passages.keys, -1),
-                          texts=[row[: counts[q]] for q, row in enumerate(passages.texts)],
-                          retriever_scores=np.where(np.arange(depth)[None, :] < counts[:, None], passages.retriever_scores, -np.inf),
-                          unit=passages.unit)
+    top = stages.take_top(passages, counts)
     reads = stages.read_top(reader, queries.texts, top, cache=cache)
     answers, _ = stages.answers_for_n(reads, top, counts, mu=mu)
     return dict(zip(queries.question_ids, answers))
@@ -152,12 +148,9 @@ def answer_metrics(predictions: Mapping[str, str], dataset: Dataset, metrics: Se
             seen.add(qid)
             rows.append(i)
     queries = dataset.queries.subset(rows)
-    wanted = [m for m in metrics if m != "bert_f1"]
-    options = None
-    if "bert_f1" in metrics:
-        options = {"model": None, "num_layers": None, "rescale": False, "language": queries.language, "device": None, **bertscore}
+    options = {"bert_f1": {"language": queries.language, **bertscore}} if "bert_f1" in metrics else None
     values = score([predictions[q] for q in queries.question_ids], queries.answers, language=queries.language,
-                   metrics=tuple(wanted), bertscore=options)
+                   metrics=tuple(metrics), options=options)
     return {name: float(np.nanmean(v)) for name, v in values.items()}
 
 

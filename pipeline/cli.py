@@ -180,9 +180,11 @@ def _hardware() -> dict:
     torch = sys.modules.get("torch")
     if torch is not None:
         info["torch_threads"] = torch.get_num_threads()
-    java = sys.modules.get("retrievers.java")
-    if java is not None and getattr(java, "_STARTED", None):
-        info["jvm"] = java.jvm_info()  # heap and whether BM25 searched through the batch helper
+    from retrievers.java import jvm_facts
+
+    jvm = jvm_facts()
+    if jvm:
+        info["jvm"] = jvm  # heap and whether BM25 searched through the batch helper
     gpu = peak_gpu_mb()
     if gpu is not None:
         info["gpu"] = torch.cuda.get_device_name(0)

@@ -162,12 +162,13 @@ class RetrieverConfig(Section):
         if dense.get("model") is None:
             dense.pop("model", None)
         fusion = dict(self.fusion)
-        if self.spec.split(":", 1)[0] in LEARNED_FUSION:
+        from retrievers.registry import FUSERS
+        from retrievers.fusion import method_learned
+
+        head = self.spec.split(":", 1)[0]
+        if head in FUSERS and method_learned(head):
             fusion.setdefault("seed", str(seed))  # learned fusers follow the run's seed
         return {**{k: dict(v) for k, v in self.options.items()}, "bm25": bm25, "dense": dense, "fusion": fusion}
-
-
-LEARNED_FUSION = ("route", "mrrank")
 
 
 class SweepRetrieverConfig(RetrieverConfig):
@@ -219,17 +220,33 @@ class MetricsConfig(Section):
             v = [m.strip() for m in v.split(",") if m.strip()]
         return v
 
+    @field_validator("answer")
+    @classmethod
+    def _registered(cls, v: list[str]):
+        from eval.registry import answer_metric
+
+        for name in v:
+            try:
+                answer_metric(name)
+            except UserError as e:
+                raise ValueError(str(e)) from None
+        return v
+
+    def options(self, language: str, device: str) -> dict[str, dict]:
+        """Per answer metric, the options it is scored with (bert_f1: BERTScore's model, layer, rescaling, device)."""
+        if "bert_f1" not in self.answer:
+            return {}
+        return {"bert_f1": {"model": self.bertscore_model, "num_layers": self.bertscore_layers, "rescale": self.bertscore_rescale,
+                            "language": language, "device": None if device == "auto" else device}}
+
     def bertscore(self, language: str, device: str) -> dict | None:
         """bert_f1's options when it is asked for, else None."""
-        if "bert_f1" not in self.answer:
-            return None
-        return {"model": self.bertscore_model, "num_layers": self.bertscore_layers, "rescale": self.bertscore_rescale,
-                "language": language, "device": None if device == "auto" else device}
+        return self.options(language, device).get("bert_f1")
 
 
 class SweepMetricsConfig(MetricsConfig):
     answer: list[str] = setting(["em", "f1", "bert_f1"], "--metrics", "em and f1 always; bert_f1 (default) adds BERT-F1"
-                                " per n and selector")
+                                " per n and selector; any other answer metric a sweep can score per n (rouge_l, meteor, a plugin's)")
 
 
 class EngineConfig(Section):
@@ -275,9 +292,17 @@ class Config(Section):
             raise ValueError("use auto, cpu or cuda[:i]")
         return d
 
-    def fingerprint(self, *sections: str) -> str:
-        """sha256 of the canonical JSON of the settings that change results (``volatile`` ones left out)."""
-        return hashlib.sha256(json.dumps(result_settings(self, sections), sort_keys=True, default=str).encode()).hexdigest()
+    def fingerprint(self, *sections: str, leave_out: tuple[str, ...] = ()) -> str:
+        """sha256 of the canonical JSON of the settings that change results (``volatile`` ones left out),
+        of the top-level ``sections`` only when named, less the ``leave_out`` field paths (``"data.seeds"``)."""
+        settings = result_settings(self, sections)
+        for path in leave_out:
+            *parents, last = path.split(".")
+            node = settings
+            for key in parents:
+                node = node.get(key, {})
+            node.pop(last, None)
+        return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
 
     def to_dict(self) -> dict:
         """The whole configuration as JSON-able nested dicts (what the manifest records)."""
@@ -323,9 +348,12 @@ class SweepConfig(Config):
     @field_validator("metrics")
     @classmethod
     def _sweep_metrics(cls, v: SweepMetricsConfig):
-        unknown = sorted(set(v.answer) - {"em", "f1", "bert_f1"})
+        from eval.registry import answer_metric_names
+
+        unknown = [m for m in v.answer if m not in answer_metric_names(sweep=True)]
         if unknown:
-            raise ValueError(f"a sweep scores em, f1 and bert_f1 (got {unknown[0]!r})")
+            raise ValueError(f"a sweep scores em, f1 and every metric it can score per n"
+                             f" ({', '.join(answer_metric_names(sweep=True))}); not {unknown[0]!r}")
         return v
 
 

@@ -172,7 +172,7 @@ def _run(config: RunConfig, engine, flags: dict | None) -> RunResult:
             saved["selector"] = selector.to_dict()
         if saved:
             write_json(stage / "selector.json" if "selector" in saved else stage / "learned.json", saved)
-        if callable(getattr(retriever, "save", None)):
+        if needs_fit(retriever):
             retriever.save(stage / "retriever")  # fitted router / re-ranker, loadable with its load()
         metrics["ci95"] = headline_intervals(per_query, seed=config.seed)
         write_per_query(stage / "per_query.jsonl", per_query)
@@ -192,49 +192,10 @@ def prepare_reader(reader, engine):
 
 def run_facts(retriever, engine) -> dict:
     """What the manifest records of the execution and the retrievers: engine, shard size, encoders, shards, indexes."""
+    from retrievers.base import run_facts as retriever_facts
     from retrievers.dense import default_shard_rows
-    from retrievers.encoders import encoder_infos
 
-    extra: dict = {"engine": engine.info(), "shard_rows": default_shard_rows()}
-    if encoder_infos(retriever):
-        extra["encoders"] = encoder_infos(retriever)  # model, identity, prompts of every dense member
-    shards = embedding_shard_counts(retriever)
-    if shards:
-        extra["embedding_shards"] = shards
-    indexes = index_infos(retriever)
-    if indexes:
-        extra["indexes"] = indexes  # what each member searched: Lucene index and its build, FAISS index, refine
-    return extra
-
-
-def embedding_shard_counts(retriever) -> dict:
-    """Corpus-embedding shards computed and reused, summed over the dense retrievers of a run."""
-    total: dict[str, int] = {}
-    for r in _with_members(retriever):
-        for k, v in (getattr(r, "encode_stats_", None) or {}).items():
-            total[k] = total.get(k, 0) + int(v)
-    return total
-
-
-def _with_members(retriever):
-    """``retriever`` and the members of fused ones, breadth first."""
-    stack = [retriever]
-    while stack:
-        r = stack.pop(0)
-        yield r
-        stack.extend(getattr(r, "members", None) or [])
-
-
-def index_infos(retriever) -> list[dict]:
-    """The index facts of every BM25 (``describe()``) and dense (``index_info_``) retriever of a run, members included."""
-    import json
-
-    out = []
-    for r in _with_members(retriever):
-        facts = getattr(r, "index_info_", None) or (r.describe() if callable(getattr(r, "describe", None)) else None)
-        if facts:
-            out.append(json.loads(json.dumps({"retriever": getattr(r, "name", type(r).__name__), **facts}, default=str)))
-    return out
+    return {"engine": engine.info(), "shard_rows": default_shard_rows(), **retriever_facts(retriever)}
 
 
 def check_environment(config: RunConfig) -> None:

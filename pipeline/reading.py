@@ -63,17 +63,15 @@ def run_reader(config: RunConfig, dataset, ranking, selector, train, retriever_f
     Reads are cached in ``reader.read_cache`` (default ``<out>/reads``, so a rerun
     of the same command resumes from the chunks already read) and run on
     ``engine`` (default: this process).  Returns ``{"metrics": ..., "info":
-    ...}``; ``info`` (reads done and reused) belongs in the manifest, never in
-    metrics.json, so a resumed run writes the same metrics as an
-    uninterrupted one.
+    ..., "per_query": ...}``; ``info`` (reads done and reused) belongs in the
+    manifest, never in metrics.json, so a resumed run writes the same metrics
+    as an uninterrupted one.
     """
-    from eval.answer_metrics import answer_metrics
     from pipeline.engine import EngineReader, LocalEngine
+    from readers.extractive import ReadCache
 
     engine = engine or LocalEngine()
     stage = Path(stage) if stage is not None else out
-    from readers.extractive import ReadCache
-
     corpus, queries = dataset.corpus, dataset.queries
     rows = stages.unique_question_rows(queries)
     qs, rk = queries.subset(rows), ranking.subset(rows)
@@ -83,43 +81,42 @@ def run_reader(config: RunConfig, dataset, ranking, selector, train, retriever_f
         fit_selector(selector, train, retriever_factory, depth, rc.read_unit, config.data.train_limit, timer)
     passages = stages.passages_for(rk, corpus, depth, rc.read_unit)
     bearing = stages.answer_bearing(passages, qs.answers, queries.language, match=qs.answer_match, corpus=corpus)
-    first_rel = stages.first_true(bearing, none=depth)
-    n = selector.predict(passages.retriever_scores, first_relevant_rank=first_rel)
-    n = np.minimum(n, np.maximum((passages.keys >= 0).sum(axis=1), 1))
-    selected = stages.Passages(
-        keys=np.where(np.arange(depth)[None, :] < n[:, None], passages.keys, -1),
-        texts=[row[: n[q]] for q, row in enumerate(passages.texts)],
-        retriever_scores=np.where(np.arange(depth)[None, :] < n[:, None], passages.retriever_scores, -np.inf),
-        unit=passages.unit,
-    )
+    n = stages.select_n(selector, passages, stages.first_true(bearing, none=depth))
+    selected = stages.take_top(passages, n)
     reader = reader or make_reader(rc, device=config.device, threads=config.threads)
     cache = ReadCache(Path(rc.read_cache) if rc.read_cache else out / "reads")
     with timer("read"):
         reads = stages.read_top(EngineReader(reader, engine), qs.texts, selected, cache=cache)
     answers, chosen = stages.answers_for_n(reads, selected, n, mu=rc.mu)
-    wanted = [m for m in config.metrics.answer if m != "bert_f1"]
-    bertscore = config.metrics.bertscore(queries.language, config.device)
     with timer("answer_metrics"):
-        scores = answer_metrics(answers, qs.answers, language=queries.language, metrics=tuple(wanted), bertscore=bertscore)
-    recall = np.array([bearing[q, : n[q]].any() for q in range(len(rows))])
-    summary = {name: float(np.nanmean(v)) for name, v in scores.items()}  # fractions in [0, 1], every metric
-    summary.update(
-        {
-            "questions": len(rows),
-            "mean_n": float(n.mean()),
-            "answer_recall": float(recall.mean()),
-            "selector": selector.spec,
-            "read_unit": rc.read_unit,
-            "reader": rc.model,
-        }
-    )
+        scored = score_answers(answers, qs, bearing, n, config)
+    summary = {**scored["summary"], "selector": selector.spec, "read_unit": rc.read_unit, "reader": rc.model}
     info = {"reads_done": reads.n_read, "reads_reused": reads.n_reused, "read_cache": str(cache.directory),
-            "reader_batch_size": reader.batch_shape(reader.device_)[0] if hasattr(reader, "device_") else reader.batch_size,
-            "reader_max_batch_tokens": reader.batch_shape(reader.device_)[1] if hasattr(reader, "device_") else reader.max_batch_tokens}
-    split = error_split(answers, qs.answers, recall, queries.language)
+            **batch_facts(reader), **scored["info"]}
+    write_json(stage / "predictions.json", {qs.question_ids[q]: answers[q] for q in range(len(rows))})
+    write_jsonl(stage / "details.jsonl", detail_rows(qs, corpus, selected, n, reads, answers, chosen, bearing, scored))
+    return {"metrics": summary, "info": info, "per_query": scored["per_query"]}
+
+
+def score_answers(answers: list[str], queries, bearing: np.ndarray, n: np.ndarray, config: RunConfig) -> dict:
+    """The scoring stage's answer half: every answer metric asked for, answer recall and the error split.
+
+    Returns ``{"summary": means for metrics.json, "per_query": per-question values, "values": the metric arrays,
+    "recall": answer-bearing passage read, "errors": error kind per question, "info": for the manifest}``.
+    """
+    from eval.answer_metrics import answer_metrics
+
+    language = queries.language
+    scores = answer_metrics(answers, queries.answers, language=language, metrics=tuple(config.metrics.answer),
+                            options=config.metrics.options(language, config.device))
+    recall = np.array([bearing[q, : n[q]].any() for q in range(len(answers))])
+    summary = {name: float(np.nanmean(v)) for name, v in scores.items()}  # fractions in [0, 1], every metric
+    summary.update({"questions": len(answers), "mean_n": float(n.mean()), "answer_recall": float(recall.mean())})
+    split = error_split(answers, queries.answers, recall, language)
     summary["errors"] = split["summary"]
-    per_query = {"ids": list(qs.question_ids), **{name: v for name, v in scores.items()},
+    per_query = {"ids": list(queries.question_ids), **{name: v for name, v in scores.items()},
                  "answer_recall": recall.astype(np.float64), "n": n.astype(np.int64), "error": split["kind"]}
+    info: dict = {}
     metric_info = getattr(scores, "info", {}) or {}
     if "bert_f1" in metric_info:
         bert_info = dict(metric_info["bert_f1"])
@@ -127,32 +124,41 @@ def run_reader(config: RunConfig, dataset, ranking, selector, train, retriever_f
         summary["bert_f1_info"] = bert_info  # model, layer, rescaling, versions: what produced the number
         if bert_info.get("note"):
             print(f"note: {bert_info['note']}", file=sys.stderr)
-    predictions = {qs.question_ids[q]: answers[q] for q in range(len(rows))}
-    write_json(stage / "predictions.json", predictions)
-    details = []
-    for q in range(len(rows)):
+    return {"summary": summary, "per_query": per_query, "values": scores, "recall": recall, "errors": split["kind"], "info": info}
+
+
+def batch_facts(reader) -> dict:
+    """The reader's batch shape on its device (for the manifest)."""
+    loaded = hasattr(reader, "device_")
+    return {"reader_batch_size": reader.batch_shape(reader.device_)[0] if loaded else reader.batch_size,
+            "reader_max_batch_tokens": reader.batch_shape(reader.device_)[1] if loaded else reader.max_batch_tokens}
+
+
+def detail_rows(queries, corpus, selected, n, reads, answers, chosen, bearing, scored) -> list[dict]:
+    """details.jsonl: per question what was read, in rank order, the answer chosen and its scores."""
+    rows = []
+    for q in range(len(answers)):
         keys = [int(k) for k in selected.keys[q, : n[q]]]
-        details.append(
+        rows.append(
             {
-                "id": qs.question_ids[q],
-                "question": qs.texts[q],
+                "id": queries.question_ids[q],
+                "question": queries.texts[q],
                 "n": int(n[q]),
                 "passages": [corpus.ids[k] for k in keys] if selected.unit == "sentence" else keys,
                 "answer": answers[q],
                 "answer_rank": int(chosen[q]) + 1 if chosen[q] >= 0 else None,
                 "score": float(reads.scores[q, chosen[q]]) if chosen[q] >= 0 else None,
-                "answer_in_passages": bool(recall[q]),
-                "gold": qs.answers[q],
-                **{name: (None if np.isnan(v[q]) else float(v[q])) for name, v in scores.items()},
-                "error": split["kind"][q],
+                "answer_in_passages": bool(scored["recall"][q]),
+                "gold": queries.answers[q],
+                **{name: (None if np.isnan(v[q]) else float(v[q])) for name, v in scored["values"].items()},
+                "error": scored["errors"][q],
                 # what was read, in rank order (pipeline.report shows it): text, retriever score, the reader's span
                 "read": [{"rank": j + 1, "text": selected.texts[q][j], "retriever_score": float(selected.retriever_scores[q, j]),
                           "span": reads.texts[q][j], "reader_score": float(reads.scores[q, j]),
                           "answer_bearing": bool(bearing[q, j])} for j in range(int(n[q]))],
             }
         )
-    write_jsonl(stage / "details.jsonl", details)
-    return {"metrics": summary, "info": info, "per_query": per_query}
+    return rows
 
 
 def error_split(answers, golds, answer_read, language: str = "en") -> dict:

@@ -30,7 +30,13 @@ from data.types import limit_queries  # noqa: F401 - kept importable from here
 from pipeline.cli import config_from_argv, main_guard, print_table, retrieval_levels
 from pipeline.config import RunConfig
 
-PERCENT_METRICS = ("em", "f1", "rouge_l", "meteor", "bert_f1", "answer_recall")  # printed as percent
+
+
+def percent_metrics() -> list[str]:
+    """The reading values printed as percent: the answer metrics that say so, and answer recall."""
+    from eval.registry import answer_metric_names
+
+    return answer_metric_names(percent=True) + ["answer_recall"]
 
 
 def parse_config(argv: list[str] | None = None) -> tuple[RunConfig, dict]:
@@ -59,8 +65,9 @@ def _print_summary(metrics: dict, out: Path) -> None:
         rows.append((f"beir {k}", v))
     for k, v in metrics["retrieval"].get("dpr", {}).get("accuracy", {}).items():
         rows.append((f"dpr {k} accuracy", v))
+    percent = percent_metrics()
     for k, v in metrics.get("reading", {}).items():
-        if k in PERCENT_METRICS and isinstance(v, (int, float)):
+        if k in percent and isinstance(v, (int, float)):
             rows.append((f"reader {k} (%)", round(100.0 * v, 2)))  # metrics.json keeps the fraction
         elif isinstance(v, (int, float)):
             rows.append((f"reader {k}", v))

@@ -21,14 +21,10 @@ READ_UNITS = ("sentence", "paragraph")
 
 # ----------------------------------------------------------------- retrieval
 def build_retriever(spec: str, options: dict[str, Any]):
+    """The (unindexed) retriever ``spec`` names; ``options`` per registered kind (``bm25``, ``dense``, a plugin's, ``fusion``)."""
     from retrievers.registry import make_retriever
 
-    return make_retriever(
-        spec,
-        bm25_options=options.get("bm25"),
-        dense_options=options.get("dense"),
-        fusion_options=options.get("fusion"),
-    )
+    return make_retriever(spec, options)
 
 
 def retrieve(retriever, dataset: Dataset, depth: int, train: Dataset | None = None) -> Ranking:
@@ -64,31 +60,6 @@ def resolve_open_gold(queries: Queries, corpus: Corpus, ranking: Ranking) -> np.
     queries.gold = [np.union1d(np.asarray(k, dtype=np.int64), ranking.ids[q][mask[q]]) for q, k in enumerate(known)]
     queries.has_answer = mask
     return mask
-
-
-def open_metrics(ranking: Ranking, dataset: Dataset) -> dict:
-    """Open-domain retrieval metrics: DPR top-k accuracy (k = 1, 5, 20, 100 and the depth), and
-    MRR/R@k against the known gold passages where the question set has them.
-
-    ``{"dpr": {...}, "known_gold": {...}}``; the ``reqa`` block of a run scores
-    the resolved gold (known gold + answer-bearing retrieved passages).
-    """
-    from eval.dpr_accuracy import dpr_metrics
-
-    queries = dataset.queries
-    mask = queries.has_answer
-    if mask is None or mask.shape != ranking.ids.shape:
-        mask = resolve_open_gold(queries, dataset.corpus, ranking)
-    out: dict = {"dpr": {**dpr_metrics(mask, ranking.depth), "match": queries.answer_match}}
-    known = queries.known_gold
-    if known is not None and any(len(g) for g in known):
-        from eval.retrieval_metrics import reqa_metrics
-
-        keep = [q for q, g in enumerate(known) if len(g)]
-        sub = queries.subset(keep)
-        sub.gold = [np.asarray(known[q], dtype=np.int64) for q in keep]
-        out["known_gold"] = reqa_metrics(ranking.subset(keep), sub, dataset.corpus, cutoffs=(1, 5, 20, 100))
-    return out
 
 
 # ------------------------------------------------------------------ passages
@@ -232,6 +203,20 @@ def unique_question_rows(queries: Queries) -> list[int]:
 
 
 # ----------------------------------------------------------------- selection
+def select_n(selector, passages: Passages, first_relevant_rank: np.ndarray) -> np.ndarray:
+    """Passages to read per query: the selector's n, at least 1, never past a query's real passages."""
+    n = selector.predict(passages.retriever_scores, first_relevant_rank=first_relevant_rank)
+    real = np.maximum((passages.keys >= 0).sum(axis=1), 1)
+    return np.clip(np.minimum(n, real), 1, passages.depth).astype(np.int64)
+
+
+def take_top(passages: Passages, n: np.ndarray) -> Passages:
+    """The first ``n[q]`` passages of each query (the rest padded as no passage)."""
+    inside = np.arange(passages.depth)[None, :] < np.asarray(n)[:, None]
+    return Passages(keys=np.where(inside, passages.keys, -1), texts=[row[: n[q]] for q, row in enumerate(passages.texts)],
+                    retriever_scores=np.where(inside, passages.retriever_scores, -np.inf), unit=passages.unit)
+
+
 def fit_selector(selector, train: Dataset, ranking: Ranking, depth: int, unit: str = "sentence"):
     """Fit ``selector`` on a training split's ranking: its top-``depth`` scores and the 1-based rank of
     the first answer-bearing passage (``depth`` when none).  ``pipeline.run`` and ``pipeline.sweep``

@@ -128,6 +128,11 @@ class LevelResult:
     sys_n: np.ndarray  # int [Q, M]: n each selector read
     info: dict = field(default_factory=dict)
     bert_f1: np.ndarray | None = None  # [Q, N] BERT-F1 of the answer read from the top n (--metrics bert_f1)
+    more: dict = field(default_factory=dict)  # name -> [Q, N]: every other answer metric asked for (plugins)
+
+    def metric(self, name: str) -> np.ndarray | None:
+        """``[Q, N]`` values of an answer metric (None when this level did not score it)."""
+        return {"em": self.em, "f1": self.f1, "bert_f1": self.bert_f1}.get(name, self.more.get(name))
 
     @property
     def sys_em(self) -> np.ndarray:
@@ -211,9 +216,13 @@ def selector_systems(thetas: list[float], tau: int, ordinal) -> list:
 
 def evaluate_level(
     level, ranking, reader, cache, n_max: int, selectors: list, unit: str = "sentence", mu: float = 1.0,
-    bertscore: dict | None = None,
+    bertscore: dict | None = None, metrics: Sequence[str] = (),
 ) -> LevelResult:
-    """Read the top ``n_max`` once and score every n and every selector on those reads."""
+    """Read the top ``n_max`` once and score every n and every selector on those reads.
+
+    EM and F1 always; BERT-F1 with ``bertscore``'s options; every other answer metric named in ``metrics``
+    (a registered per-answer metric) per (question, passage) answer, as EM and F1 are.
+    """
     from pipeline import stages
 
     queries, corpus = level.queries, level.corpus
@@ -228,12 +237,12 @@ def evaluate_level(
     t0 = time.perf_counter()
     em, f1, chosen = score_every_n(reads, passages, qs.answers, queries.language, mu)
     bert, bert_info = (None, None) if bertscore is None else bert_f1_every_n(reads, chosen, qs.answers, bertscore)
+    more = {name: metric_every_n(name, reads, chosen, qs.answers, queries.language)
+            for name in metrics if name not in ("em", "f1", "bert_f1")}
     first_rel = stages.first_true(bearing, none=n_max)
-    real = np.maximum((passages.keys >= 0).sum(axis=1), 1)
     sys_n = np.zeros((len(rows), len(selectors)), dtype=np.int64)
     for m, sel in enumerate(selectors):
-        n = sel.predict(passages.retriever_scores, first_relevant_rank=first_rel)
-        sys_n[:, m] = np.clip(np.minimum(n, real), 1, n_max)
+        sys_n[:, m] = stages.select_n(sel, passages, first_rel)
     t_score = time.perf_counter() - t0
     info = {
         "questions": len(rows),
@@ -245,7 +254,24 @@ def evaluate_level(
     }
     if bert_info is not None:
         info["bert_f1"] = bert_info
-    return LevelResult(em, f1, bearing, hits, [s.spec for s in selectors], sys_n, info, bert)
+    return LevelResult(em, f1, bearing, hits, [s.spec for s in selectors], sys_n, info, bert, more)
+
+
+def metric_every_n(name: str, reads, chosen: np.ndarray, golds, language: str) -> np.ndarray:
+    """``[Q, N]`` values of a registered per-answer metric for the answer chosen at every n
+    (each distinct (question, passage) answer scored once)."""
+    from eval.registry import answer_metric
+
+    metric = answer_metric(name)
+    out = np.full(chosen.shape, np.nan, dtype=np.float32)
+    for q in range(chosen.shape[0]):
+        gold = [g for g in golds[q] if isinstance(g, str)]
+        if not gold or chosen.shape[1] == 0:
+            continue
+        cols, inverse = np.unique(chosen[q], return_inverse=True)
+        values = np.array([metric.score(reads.texts[q][c] if c >= 0 else "", gold, language) for c in cols], dtype=np.float32)
+        out[q] = values[inverse]
+    return out
 
 
 def bert_f1_every_n(reads, chosen: np.ndarray, golds, bertscore: dict) -> tuple[np.ndarray, dict]:
@@ -290,11 +316,13 @@ def save_level(out: Path, size: int, seed: int, result: LevelResult, meta: dict)
     with atomic_path(npz) as tmp:
         with open(tmp, "wb") as f:
             extra = {} if result.bert_f1 is None else {"bert_f1": result.bert_f1}
+            extra.update({f"metric_{name}": values for name, values in result.more.items()})
             np.savez_compressed(f, em=result.em, f1=result.f1, bearing=result.bearing, gold_hit=result.gold_hit, sys_n=result.sys_n, **extra)
     write_json(js, {**meta, "systems": result.systems, "info": result.info})
 
 
-def load_level(out: Path, size: int, seed: int, fingerprints: Sequence[str], need_bert_f1: bool = False) -> LevelResult | None:
+def load_level(out: Path, size: int, seed: int, fingerprints: Sequence[str], need_bert_f1: bool = False,
+               need: Sequence[str] = ()) -> LevelResult | None:
     """The saved result of a level if it was made by the same configuration, else None.
 
     ``fingerprints``: the current fingerprint first, then older forms of it; a level saved under an
@@ -310,8 +338,11 @@ def load_level(out: Path, size: int, seed: int, fingerprints: Sequence[str], nee
         with np.load(npz, allow_pickle=False) as z:
             arrays = {k: z[k] for k in ("em", "f1", "bearing", "gold_hit", "sys_n")}
             arrays["bert_f1"] = z["bert_f1"] if "bert_f1" in z.files else None
+            more = {k[len("metric_"):]: z[k] for k in z.files if k.startswith("metric_")}
         if need_bert_f1 and arrays["bert_f1"] is None:
             return None  # saved before BERT-F1 was scored: redo it (its reads come from the read cache)
+        if set(need) - set(more) - {"em", "f1", "bert_f1"}:
+            return None  # a metric asked for now was not scored then: redo it from the read cache
         if meta["fingerprint"] != fingerprints[0]:
             write_json(js, {**meta, "fingerprint": fingerprints[0]})
     except (OSError, ValueError, KeyError):
@@ -319,7 +350,7 @@ def load_level(out: Path, size: int, seed: int, fingerprints: Sequence[str], nee
     info = dict(meta.get("info", {}))
     info["resumed"] = True
     return LevelResult(arrays["em"], arrays["f1"], arrays["bearing"], arrays["gold_hit"], list(meta["systems"]), arrays["sys_n"], info,
-                       arrays["bert_f1"])
+                       arrays["bert_f1"], more)
 
 
 # ----------------------------------------------------------------- the sweep
@@ -364,7 +395,9 @@ def level_fingerprint(config: SweepConfig, plan: SweepPlan, rows: np.ndarray, re
     q = plan.dataset.queries
     parts = {
         "version": SWEEP_VERSION,
-        "config": config.fingerprint("data", "retriever", "reader", "selectors"),
+        # a level's own size, seed and n_max are below: the lists of sizes, seeds and n that make the others are not
+        "config": config.fingerprint("data", "retriever", "reader", "selectors",
+                                     leave_out=("data.corpus_sizes", "data.seeds", "selectors.n")),
         "dataset": [plan.dataset.name, plan.dataset.split, sorted(plan.dataset.sources.items())],
         "questions": sha256_text(q.ids, q.texts),
         "rows": sha256_text(rows.tolist()),
@@ -422,7 +455,7 @@ def run_sweep(config: SweepConfig, out: Path, timer: Timer) -> dict:
             t_size = min(max(size, t_gold.size), len(train_sample.corpus))
             t_rows = corpus_levels(len(train_sample.corpus), t_gold, [t_size], seed)[0]
         fingerprint = level_fingerprint(config, plan, rows, reader_identity, seed)
-        done = load_level(out, size, seed, [fingerprint], need_bert_f1=bertscore is not None)
+        done = load_level(out, size, seed, [fingerprint], need_bert_f1=bertscore is not None, need=config.metrics.answer)
         if done is not None:
             levels[(size, seed)] = done
             continue
@@ -432,7 +465,7 @@ def run_sweep(config: SweepConfig, out: Path, timer: Timer) -> dict:
             twin = levels[same_rows[rows_key]]
             result = LevelResult(twin.em, twin.f1, twin.bearing, twin.gold_hit, twin.systems, twin.sys_n,
                                  {**twin.info, "reads_done": 0, "reads_reused": 0, "same_corpus_as_seed": same_rows[rows_key][1]},
-                                 twin.bert_f1)
+                                 twin.bert_f1, twin.more)
             save_level(out, size, seed, result, meta)
             levels[(size, seed)] = result
             continue
@@ -451,7 +484,8 @@ def run_sweep(config: SweepConfig, out: Path, timer: Timer) -> dict:
                           "fit_s": round(time.perf_counter() - t0, 3), "ordinal": fitted.to_dict()}
         selectors = selector_systems(plan.thetas, plan.tau, fitted)
         with timer("read_and_score"):
-            result = evaluate_level(level, ranking, reader, cache, plan.n_max, selectors, rc.read_unit, rc.mu, bertscore)
+            result = evaluate_level(level, ranking, reader, cache, plan.n_max, selectors, rc.read_unit, rc.mu, bertscore,
+                                    metrics=config.metrics.answer)
         note = (result.info.get("bert_f1") or {}).get("note")
         if note and not noted:
             noted = print(f"note: {note}", file=sys.stderr) or True
@@ -471,7 +505,7 @@ def system_names(plan: SweepPlan, selectors: list[str]) -> list[str]:
 
 def system_table(result: LevelResult, metric: str = "em") -> np.ndarray:
     """Per-question score ``[Q, M]`` of every system (top:1..N, then the selectors)."""
-    base = {"em": result.em, "f1": result.f1, "bert_f1": result.bert_f1}[metric]
+    base = result.metric(metric)
     sel = np.take_along_axis(base, result.sys_n - 1, axis=1)
     return np.concatenate([base, sel], axis=1).astype(np.float64)
 
@@ -519,6 +553,8 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
             }
             if r.bert_f1 is not None:
                 metrics["bert_f1"] = np.nanmean(system_table(r, "bert_f1"), axis=0)
+            for name in r.more:
+                metrics[name] = np.nanmean(system_table(r, name), axis=0)
             seed_metrics.append(metrics)
             per_seed_em[s, k] = metrics["em"]
             for m, name in enumerate(names):
@@ -538,7 +574,8 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
                 "noise_ratio": noise_ratio(size, plan.n_gold), "system": name, "family": family(name),
                 "n": m + 1 if m < plan.n_max else "", "seeds": len(plan.seeds), "questions": q_count,
             }
-            for key in ("em", "f1", "mean_n", "answer_recall", "gold_recall", "answer_bearing") + (("bert_f1",) if "bert_f1" in seed_metrics[0] else ()):
+            extra_keys = tuple(k for k in seed_metrics[0] if k == "bert_f1" or k in first.more)
+            for key in ("em", "f1", "mean_n", "answer_recall", "gold_recall", "answer_bearing") + extra_keys:
                 vals = np.array([sm[key][m] for sm in seed_metrics])
                 entry[f"{key}_mean"] = round(float(vals.mean()), 6)
                 entry[f"{key}_std"] = round(float(vals.std(ddof=1)) if len(vals) > 1 else 0.0, 6)

@@ -66,8 +66,8 @@ def test_answer_registry_contents_and_entry_fields():
     assert {"model", "num_layers", "rescale", "device", "language"} <= set(entries["bert_f1"].options)
     assert not {"predictions", "references_list"} & set(entries["bert_f1"].options)
     assert {n: e.sweep for n, e in entries.items()} == {
-        "em": "cell", "f1": "cell", "rouge_l": None, "meteor": None, "bert_f1": "batch"}
-    assert answer_metric_names(sweep=True)[:3] == ["em", "f1", "bert_f1"]
+        "em": "cell", "f1": "cell", "rouge_l": "cell", "meteor": "cell", "bert_f1": "batch"}
+    assert answer_metric_names(sweep=True)[:5] == ["em", "f1", "rouge_l", "meteor", "bert_f1"]
     assert answer_metric_names()[:5] == ["em", "f1", "rouge_l", "meteor", "bert_f1"]
 
 
@@ -160,9 +160,9 @@ def test_plugin_answer_metric_by_entry_point(plugin_on_path, squad_answers):
 
     assert "char_f1" in ANSWER_METRICS.names() and "char_f1" not in ANSWER_METRICS.builtin_names()
     entry = answer_metric("char_f1")
-    assert entry.score is char_f1 and not entry.batch and entry.percent and entry.sweep is None
+    assert entry.score is char_f1 and not entry.batch and entry.percent and entry.sweep == "cell"
     assert entry.display == "char_f1" and entry.description.startswith("Character-level F1")
-    assert answer_metric_names()[-1] == "char_f1" and "char_f1" not in answer_metric_names(sweep=True)
+    assert answer_metric_names()[-1] == "char_f1" == answer_metric_names(sweep=True)[-1]
     # hand-computed: "denver" vs "denverbroncos" (articles and spaces gone): 6 common chars, P 1, R 6/13
     assert char_f1("Denver", ["the Denver Broncos"]) == pytest.approx(2 * (6 / 13) / (1 + 6 / 13))
     assert char_f1("Broncos", ["Denver", "Broncos!"]) == 1.0

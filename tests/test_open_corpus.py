@@ -579,7 +579,9 @@ def test_regex_answers_top_k_equals_pyserini(files, tmp_path):
     ds = load_dataset(f"open:{files['tsv']}+{files['trec']}+match=regex", "dev")
     retriever = stages.build_retriever("bm25", {})
     ranking = stages.retrieve(retriever, ds, 50)
-    got = stages.open_metrics(ranking, ds)["dpr"]
+    from eval.retrieval_families import retrieval_metrics
+
+    got = retrieval_metrics(ranking, ds, families=["dpr"])["dpr"]
     c = ds.corpus
     path = tmp_path / "dpr.json"
     write_dpr_retrieval_json(path, ds.queries.ids, ds.queries.texts, ds.queries.answers, ranking.ids, ranking.scores,
@@ -614,7 +616,9 @@ def test_dpr_json_positive_passages_are_known_gold(files, tmp_path):
     ranking = stages.retrieve(stages.build_retriever("bm25", {}), ds, 5)
     for q, known in enumerate(ds.queries.known_gold):
         assert set(known.tolist()) <= set(ds.queries.gold[q].tolist())  # kept beside the answer-bearing rows
-    metrics = stages.open_metrics(ranking, ds)
+    from eval.retrieval_families import retrieval_metrics
+
+    metrics = retrieval_metrics(ranking, ds, families=["dpr"])
     assert metrics["known_gold"]["questions"] == ds.sources["known_gold_questions"]
     assert 0 < metrics["known_gold"]["sentence"]["R@5"] <= 1
 
