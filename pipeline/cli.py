@@ -281,6 +281,8 @@ def config_parser(model_cls, prog: str, description: str) -> argparse.ArgumentPa
         base = args[0] if len(args) == 1 else ann
         if base is bool:
             kwargs["action"] = "store_true"
+        elif extra.get("repeat"):
+            kwargs.update(action="append", metavar=extra.get("metavar") or "SPEC")
         elif typing.get_origin(base) is dict:
             kwargs.update(action="append", metavar=extra.get("metavar") or "KEY=VALUE")
         else:
@@ -329,6 +331,15 @@ def config_from_argv(model_cls, argv: list[str] | None, prog: str, description: 
     return config, flag_view(config)
 
 
+def extra_repeat(model_cls, path) -> bool:
+    from pipeline.config import walk_fields
+
+    for p, info in walk_fields(model_cls):
+        if p == path:
+            return bool((info.json_schema_extra or {}).get("repeat"))
+    return False
+
+
 def flag_view(config) -> dict:
     """Every setting under its flag name (``bm25_k1``), as the manifests recorded before configs were typed."""
     from pipeline.config import flag_table
@@ -342,7 +353,7 @@ def flag_view(config) -> dict:
             value = not value
         elif dest == "fusion_opt":
             value = [f"{k}={v}" for k, v in value.items()]
-        elif isinstance(value, list):
+        elif isinstance(value, list) and not extra_repeat(type(config), path):
             value = ",".join(value)
         out[dest] = value
     return out

@@ -39,9 +39,10 @@ ReaderDtype = Literal["auto", "float32", "bfloat16", "float16"]
 
 
 def setting(default: Any = None, flag: str | None = None, help: str = "", *, volatile: bool = False,
-            metavar: str | None = None, **constraints: Any):
-    """A field with its command-line flag and help; ``volatile`` settings change no result (left out of fingerprints)."""
-    extra = {"flag": flag, "volatile": volatile, "metavar": metavar}
+            metavar: str | None = None, repeat: bool = False, **constraints: Any):
+    """A field with its command-line flag and help; ``volatile`` settings change no result (left out of fingerprints);
+    ``repeat``: the flag may be given several times (a list)."""
+    extra = {"flag": flag, "volatile": volatile, "metavar": metavar, "repeat": repeat}
     return Field(default, description=help, json_schema_extra=extra, **constraints)
 
 
@@ -268,6 +269,20 @@ class SelectorsConfig(Section):
     thetas: str = setting("0.5:0.95:0.05", "--thetas", "threshold θ grid: START:STOP:STEP or a list (default 0.5:0.95:0.05)")
     tau: Optional[int] = setting(None, "--tau", "τ of threshold and ordinal (default min(25, N))", ge=1)
     ordinal: bool = setting(True, "--no-ordinal", "skip the ordinal selector (no training retrieval)")
+    extra: list[str] = setting([], "--selector", "another selector scored on the same reads (repeatable): any spec,"
+                               " a plugin's too; learned ones are fitted like ordinal", repeat=True)
+
+    @field_validator("extra")
+    @classmethod
+    def _selectors_parse(cls, v: list[str]):
+        from selection import parse_selector
+
+        for spec in v:
+            try:
+                parse_selector(spec)
+            except UserError as e:
+                raise ValueError(str(e)) from None
+        return v
 
 
 class StatisticsConfig(Section):

@@ -203,13 +203,15 @@ def open_level_summary(plan, levels: dict) -> dict:
     return {"answer_bearing_by_size": out} if out else {}
 
 
-def selector_systems(thetas: list[float], tau: int, ordinal) -> list:
-    """The selectors scored at every level: threshold per θ, ordinal (fitted), oracle."""
+def selector_systems(thetas: list[float], tau: int, ordinal, extra: Sequence = ()) -> list:
+    """The selectors scored at every level: threshold per θ, ordinal (fitted), the extra ones asked for
+    (``--selector``, fitted when learned), oracle."""
     from selection import Oracle, Threshold
 
     systems = [Threshold(theta, tau) for theta in thetas]
     if ordinal is not None:
         systems.append(ordinal)
+    systems.extend(extra)
     systems.append(Oracle())
     return systems
 
@@ -291,11 +293,18 @@ def bert_f1_every_n(reads, chosen: np.ndarray, golds, bertscore: dict) -> tuple[
 def fit_ordinal(train_level, retriever, tau: int, unit: str, depth: int):
     """Ordinal regression (paper §4.2) fitted on training questions retrieved against ``train_level``
     (through :func:`pipeline.stages.fit_selector`, as ``pipeline.run`` fits a learned selector)."""
-    from pipeline import stages
     from selection import parse_selector
 
+    return fit_learned(train_level, retriever, [parse_selector(f"ordinal:{tau}")], tau, unit, depth)[0]
+
+
+def fit_learned(train_level, retriever, selectors: list, tau: int, unit: str, depth: int) -> list:
+    """Fit learned selectors on one retrieval of the training questions against ``train_level``;
+    each sees its own depth (its ``max_depth``, else τ) of that ranking."""
+    from pipeline import stages
+
     ranking = stages.retrieve(retriever, train_level, depth)
-    return stages.fit_selector(parse_selector(f"ordinal:{tau}"), train_level, ranking, tau, unit)
+    return [stages.fit_selector(sel, train_level, ranking, min(sel.max_depth or tau, ranking.depth), unit) for sel in selectors]
 
 
 def make_reader(config: SweepConfig):
@@ -436,7 +445,11 @@ def run_sweep(config: SweepConfig, out: Path, timer: Timer) -> dict:
     train = train_sample = None
     fit_train = needs_fit(make_retriever())
     ordinal = config.selectors.ordinal
-    if ordinal or fit_train:
+    from selection import parse_selector
+
+    extra = [parse_selector(spec) for spec in config.selectors.extra]
+    learned_extra = any(sel.learned for sel in extra)
+    if ordinal or learned_extra or fit_train:
         with timer("load_train"):
             train = load_dataset(data.dataset, data.train_split, **data.train_options())
         train_sample = sample_training_questions(train, data.train_limit, data.train_seed)
@@ -450,7 +463,7 @@ def run_sweep(config: SweepConfig, out: Path, timer: Timer) -> dict:
         bar.set_postfix_str(f"size {size} seed {seed}")
         rows = corpus_levels(plan.n_pool, gold_rows(dataset.queries), [size], seed)[0]
         t_rows = None
-        if ordinal:
+        if ordinal or learned_extra:
             t_gold = gold_rows(train_sample.queries)
             t_size = min(max(size, t_gold.size), len(train_sample.corpus))
             t_rows = corpus_levels(len(train_sample.corpus), t_gold, [t_size], seed)[0]
@@ -476,13 +489,20 @@ def run_sweep(config: SweepConfig, out: Path, timer: Timer) -> dict:
             ranking = stages.retrieve(retriever, level, plan.depth, train=train if fit_train else None)
         t_retrieve = time.perf_counter() - t0
         fitted, train_info = None, {}
+        level_extra = [parse_selector(sel.spec) for sel in extra]  # fresh estimators: each level fits its own
         if t_rows is not None:
             t0 = time.perf_counter()
+            learn = ([parse_selector(f"ordinal:{plan.tau}")] if ordinal else []) + [sel for sel in level_extra if sel.learned]
             with timer("fit_ordinal"):
-                fitted = fit_ordinal(restrict_corpus(train_sample, t_rows), make_retriever(), plan.tau, rc.read_unit, plan.depth)
+                done_fits = fit_learned(restrict_corpus(train_sample, t_rows), make_retriever(), learn, plan.tau, rc.read_unit, plan.depth)
+            fitted = done_fits[0] if ordinal else None
             train_info = {"train_questions": len(train_sample.queries), "train_corpus_size": int(len(t_rows)),
-                          "fit_s": round(time.perf_counter() - t0, 3), "ordinal": fitted.to_dict()}
-        selectors = selector_systems(plan.thetas, plan.tau, fitted)
+                          "fit_s": round(time.perf_counter() - t0, 3)}
+            if fitted is not None:
+                train_info["ordinal"] = fitted.to_dict()
+            if learned_extra:
+                train_info["fitted"] = {sel.spec: sel.to_dict() for sel in level_extra if sel.learned}
+        selectors = selector_systems(plan.thetas, plan.tau, fitted, level_extra)
         with timer("read_and_score"):
             result = evaluate_level(level, ranking, reader, cache, plan.n_max, selectors, rc.read_unit, rc.mu, bertscore,
                                     metrics=config.metrics.answer)
