@@ -19,7 +19,7 @@ An engine offers two hooks:
 
 On CUDA out-of-memory the reader's batch is halved and the read retried
 (chunks already read come from the read cache); the encoder halves its own
-batches (:func:`retrievers.encoder.run_in_batches`).
+batches (:func:`hardware.device.run_in_batches`).
 """
 
 from __future__ import annotations

@@ -201,7 +201,7 @@ def run_facts(retriever, engine) -> dict:
 def check_environment(config: RunConfig) -> None:
     """What the config cannot know by itself: a GPU that must be here, a read cache that is not a directory."""
     if config.device.startswith("cuda") and config.engine.name == "local":
-        from retrievers.encoder import resolve_device
+        from hardware.device import resolve_device
 
         resolve_device(config.device)
     cache = config.reader.read_cache
