@@ -89,83 +89,117 @@ def run_experiment(config: RunConfig, *, engine=None, flags: dict | None = None)
 
 
 def _run(config: RunConfig, engine, flags: dict | None) -> RunResult:
-    from data.io import staged_outputs
     from pipeline import stages
-    from pipeline.cli import Timer, make_out_dir, write_manifest
-    from pipeline.outputs import skipped_records, write_per_query, write_trec
-    from pipeline.scoring import METRICS_SCALE, headline_intervals, retrieval_metrics
+    from pipeline.cli import Timer
+    from pipeline.scoring import METRICS_SCALE, retrieval_metrics
     from retrievers.fusion import needs_fit
-    from selection import parse_selector
 
     timer = Timer()
-    notes: list[str] = []
-    np.random.seed(config.seed)
-    if config.threads:
-        import torch
-
-        torch.set_num_threads(config.threads)
-    reader_model = config.reader.model
-    spec = config.retriever.spec
-    out = make_out_dir(config.out, f"{config.data.dataset}-{config.data.split}-{spec}"
-                       + (f"-{Path(reader_model).name}" if reader_model else ""))
-    selector = parse_selector(config.selector) if reader_model else None
-    stages.build_retriever(spec, retriever_options(config))  # bad retriever specs and options fail before any work
-    reader = None
-    if reader_model:
-        from pipeline.reading import make_reader
-
-        with timer("load_reader"):
-            reader = prepare_reader(make_reader(config.reader, device=config.device, threads=config.threads), engine)
+    out, selector, reader = _prepare(config, engine, timer)  # bad specs, options and models fail before any work
     with timer("load_data"):
         dataset = load_data(config)
-    depth = config.retriever.depth
-    if depth > len(dataset.corpus):
-        depth = len(dataset.corpus)
-        notes.append(f"--depth {config.retriever.depth} is more than the {len(dataset.corpus)} candidates in the corpus:"
-                     f" every query ranks all {depth}")
-        print(f"note: {notes[-1]}", file=sys.stderr)
+    notes: list[str] = []
+    depth = _depth_within(config.retriever.depth, len(dataset.corpus), notes)
     options = retriever_options(config, dataset.corpus.language)
 
     def new_retriever():
-        return engine.adapt_retriever(stages.build_retriever(spec, options))
+        return engine.adapt_retriever(stages.build_retriever(config.retriever.spec, options))
 
     retriever = new_retriever()
     train = None
     if needs_fit(retriever) or (selector is not None and selector.learned):
         with timer("load_train"):
             train = load_data(config, train=True)
-    if reader_model and not dataset.queries.has_answers:
+    if reader is not None and not dataset.queries.has_answers:
         from data.beir import NO_ANSWERS_MESSAGE
 
         print(NO_ANSWERS_MESSAGE.format(name=dataset.name), file=sys.stderr)
-        reader_model = None
+        reader = None
     with timer("retrieve"):
         ranking = stages.retrieve(retriever, dataset, depth, train=train)
     with timer("retrieval_metrics"):
-        metrics: dict[str, Any] = {"dataset": dataset.name, "split": dataset.split, "retriever": spec,
+        metrics: dict[str, Any] = {"dataset": dataset.name, "split": dataset.split, "retriever": config.retriever.spec,
                                    "corpus_size": len(dataset.corpus), "level": dataset.level, "scale": METRICS_SCALE}
         per_query: dict = {}
         metrics["retrieval"] = retrieval_metrics(ranking, dataset, per_query)
-    saved = {}
-    if hasattr(retriever, "to_dict"):
-        saved["retriever"] = retriever.to_dict()
-    extra = run_facts(retriever, engine)
-    if config.data.skip_bad_records:
-        extra["skipped_records"] = skipped_records(dataset)
-        if train is not None:
-            extra["train_skipped_records"] = skipped_records(train)
+    extra = {**run_facts(retriever, engine), **_data_facts(config, dataset, train)}
     if notes:
         extra["notes"] = notes
-    with staged_outputs(out) as stage:  # nothing reaches the output directory unless every file was written
-        write_trec(stage / "run.trec", ranking, dataset.queries, dataset.corpus, tag=spec)
-        from eval.qrels import write_question_files
-
-        write_question_files(stage, dataset.queries, dataset.corpus)  # the qrels run.trec is scored against
-        if reader_model:
+    read = None
+    if reader is not None:
+        def read(stage: Path) -> dict:
             from pipeline.reading import run_reader
 
-            reading = run_reader(config, dataset, ranking, selector, train, reader=reader, timer=timer, out=out,
-                                 retriever_factory=new_retriever, engine=engine, stage=stage)
+            return run_reader(config, dataset, ranking, selector, train, reader=reader, timer=timer, out=out,
+                              retriever_factory=new_retriever, engine=engine, stage=stage)
+
+    manifest = _write(config, out, dataset, train, ranking, retriever, selector, metrics, per_query, read, extra, flags, timer)
+    return RunResult(metrics=metrics, out=out, manifest=manifest, notes=notes)
+
+
+def _prepare(config: RunConfig, engine, timer):
+    """Seed, threads, the output directory, the selector and the reader (loaded), and a check that the retriever
+    spec builds: everything that can fail on a bad setting, before any data is read."""
+    from pipeline import stages
+    from pipeline.cli import make_out_dir
+    from selection import parse_selector
+
+    np.random.seed(config.seed)
+    if config.threads:
+        import torch
+
+        torch.set_num_threads(config.threads)
+    model = config.reader.model
+    out = make_out_dir(config.out, f"{config.data.dataset}-{config.data.split}-{config.retriever.spec}"
+                       + (f"-{Path(model).name}" if model else ""))
+    selector = parse_selector(config.selector) if model else None
+    stages.build_retriever(config.retriever.spec, retriever_options(config))
+    reader = None
+    if model:
+        from pipeline.reading import make_reader
+
+        with timer("load_reader"):
+            reader = prepare_reader(make_reader(config.reader, device=config.device, threads=config.threads), engine)
+    return out, selector, reader
+
+
+def _depth_within(depth: int, corpus_size: int, notes: list[str]) -> int:
+    """The retrieval depth, at most the corpus (with a note when the setting asked for more)."""
+    if depth <= corpus_size:
+        return depth
+    notes.append(f"--depth {depth} is more than the {corpus_size} candidates in the corpus: every query ranks all {corpus_size}")
+    print(f"note: {notes[-1]}", file=sys.stderr)
+    return corpus_size
+
+
+def _data_facts(config: RunConfig, dataset, train) -> dict:
+    """Records skipped by ``--skip-bad-records`` (the manifest's)."""
+    if not config.data.skip_bad_records:
+        return {}
+    from pipeline.outputs import skipped_records
+
+    facts = {"skipped_records": skipped_records(dataset)}
+    if train is not None:
+        facts["train_skipped_records"] = skipped_records(train)
+    return facts
+
+
+def _write(config, out, dataset, train, ranking, retriever, selector, metrics, per_query, read, extra, flags, timer) -> dict:
+    """The writing stage: every output staged and published together (metrics.json last); reading, when asked,
+    runs inside it because it writes predictions.json and details.jsonl beside the rest."""
+    from data.io import staged_outputs
+    from eval.qrels import write_question_files
+    from pipeline.cli import write_manifest
+    from pipeline.outputs import write_per_query, write_trec
+    from pipeline.scoring import headline_intervals
+    from retrievers.fusion import needs_fit
+
+    saved = {"retriever": retriever.to_dict()} if hasattr(retriever, "to_dict") else {}
+    with staged_outputs(out) as stage:  # nothing reaches the output directory unless every file was written
+        write_trec(stage / "run.trec", ranking, dataset.queries, dataset.corpus, tag=config.retriever.spec)
+        write_question_files(stage, dataset.queries, dataset.corpus)  # the qrels run.trec is scored against
+        if read is not None:
+            reading = read(stage)
             metrics["reading"] = reading["metrics"]
             per_query["reading"] = reading["per_query"]
             extra["reading"] = reading["info"]
@@ -180,9 +214,8 @@ def _run(config: RunConfig, engine, flags: dict | None) -> RunResult:
         sources = dict(dataset.sources)
         if train is not None:
             sources.update({f"train:{k}": v for k, v in train.sources.items()})
-        manifest = write_manifest(stage, command="pipeline.run", config=config.to_dict(), seed=config.seed, sources=sources,
-                                  timings=timer.timings, extra={"flags": flags or {}, "fingerprint": config.fingerprint(), **extra})
-    return RunResult(metrics=metrics, out=out, manifest=manifest, notes=notes)
+        return write_manifest(stage, command="pipeline.run", config=config.to_dict(), seed=config.seed, sources=sources,
+                              timings=timer.timings, extra={"flags": flags or {}, "fingerprint": config.fingerprint(), **extra})
 
 
 def prepare_reader(reader, engine):

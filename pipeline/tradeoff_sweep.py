@@ -416,16 +416,36 @@ def level_fingerprint(config: SweepConfig, plan: SweepPlan, rows: np.ndarray, re
     return sha256_text(json.dumps(parts, sort_keys=True, default=str))
 
 
-def run_sweep(config: SweepConfig, out: Path, timer: Timer) -> dict:
-    from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
+@dataclass
+class SweepSetup:
+    """What every level of a sweep shares: the questions, the plan, the reader and its cache, the training sample."""
 
-    from data.open_domain import corpus_levels, gold_rows, restrict_corpus, sample_training_questions
+    config: SweepConfig
+    dataset: object
+    plan: SweepPlan
+    make_retriever: object  # () -> a new, unindexed retriever
+    reader: object
+    cache: object
+    train: object = None  # the training split (learned selectors or retrievers), else None
+    train_sample: object = None  # its sampled questions the learned selectors are fitted on
+    fit_retriever: bool = False  # the retriever is learned: fitted on ``train`` at every level
+    extra: list = field(default_factory=list)  # the --selector ones (unfitted)
+
+    @property
+    def learns_selectors(self) -> bool:
+        return self.config.selectors.ordinal or any(sel.learned for sel in self.extra)
+
+
+def setup_sweep(config: SweepConfig, out: Path, timer: Timer) -> SweepSetup:
+    """Load the questions (and the training split when something learns), plan the levels, build the reader."""
+    from data.open_domain import sample_training_questions
     from data.registry import load_dataset
     from data.types import limit_queries
     from pipeline import stages
     from pipeline.experiment import retriever_options
     from readers.extractive import ReadCache
     from retrievers.fusion import needs_fit
+    from selection import parse_selector
 
     data, rc = config.data, config.reader
     if not rc.model:
@@ -435,40 +455,44 @@ def run_sweep(config: SweepConfig, out: Path, timer: Timer) -> dict:
         dataset = limit_queries(every_kth_question(dataset, data.every), data.limit)
     if not dataset.queries.has_answers:
         raise UserError(f"dataset {dataset.name!r} has no answer strings: a reading sweep needs answers")
-    plan = plan_sweep(config, dataset)
     options = retriever_options(config, dataset.corpus.language)
-    make_retriever = lambda: stages.build_retriever(config.retriever.spec, options)  # noqa: E731
-    reader = make_reader(config)
-    reader_identity = reader.identity()
-    cache = ReadCache(Path(rc.read_cache) if rc.read_cache else out / "reads")
-
-    train = train_sample = None
-    fit_train = needs_fit(make_retriever())
-    ordinal = config.selectors.ordinal
-    from selection import parse_selector
-
-    extra = [parse_selector(spec) for spec in config.selectors.extra]
-    learned_extra = any(sel.learned for sel in extra)
-    if ordinal or learned_extra or fit_train:
+    setup = SweepSetup(config, dataset, plan_sweep(config, dataset),
+                       lambda: stages.build_retriever(config.retriever.spec, options), make_reader(config),
+                       ReadCache(Path(rc.read_cache) if rc.read_cache else out / "reads"),
+                       extra=[parse_selector(spec) for spec in config.selectors.extra])
+    setup.fit_retriever = needs_fit(setup.make_retriever())
+    if setup.learns_selectors or setup.fit_retriever:
         with timer("load_train"):
-            train = load_dataset(data.dataset, data.train_split, **data.train_options())
-        train_sample = sample_training_questions(train, data.train_limit, data.train_seed)
+            setup.train = load_dataset(data.dataset, data.train_split, **data.train_options())
+        setup.train_sample = sample_training_questions(setup.train, data.train_limit, data.train_seed)
+    return setup
+
+
+def run_sweep(config: SweepConfig, out: Path, timer: Timer) -> dict:
+    """Every (corpus size, seed) level: reused when saved by the same configuration, copied from a twin with the
+    same corpora, else evaluated and saved."""
+    from data.open_domain import corpus_levels, gold_rows
+    from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
+
+    setup = setup_sweep(config, out, timer)
+    plan = setup.plan
+    reader_identity = setup.reader.identity()
+    need_bert_f1 = config.metrics.bertscore(setup.dataset.queries.language, config.device) is not None
     levels: dict[tuple[int, int], LevelResult] = {}
-    bertscore = config.metrics.bertscore(dataset.queries.language, config.device)
     noted = False
     jobs = [(size, seed) for seed in plan.seeds for size in plan.sizes]
     bar = tqdm(jobs, desc="sweep levels", unit="level")
     same_rows: dict[str, tuple[int, int]] = {}  # levels whose corpora (eval and train) are identical
     for size, seed in bar:
         bar.set_postfix_str(f"size {size} seed {seed}")
-        rows = corpus_levels(plan.n_pool, gold_rows(dataset.queries), [size], seed)[0]
+        rows = corpus_levels(plan.n_pool, gold_rows(setup.dataset.queries), [size], seed)[0]
         t_rows = None
-        if ordinal or learned_extra:
-            t_gold = gold_rows(train_sample.queries)
-            t_size = min(max(size, t_gold.size), len(train_sample.corpus))
-            t_rows = corpus_levels(len(train_sample.corpus), t_gold, [t_size], seed)[0]
+        if setup.learns_selectors:
+            t_gold = gold_rows(setup.train_sample.queries)
+            t_size = min(max(size, t_gold.size), len(setup.train_sample.corpus))
+            t_rows = corpus_levels(len(setup.train_sample.corpus), t_gold, [t_size], seed)[0]
         fingerprint = level_fingerprint(config, plan, rows, reader_identity, seed)
-        done = load_level(out, size, seed, [fingerprint], need_bert_f1=bertscore is not None, need=config.metrics.answer)
+        done = load_level(out, size, seed, [fingerprint], need_bert_f1=need_bert_f1, need=config.metrics.answer)
         if done is not None:
             levels[(size, seed)] = done
             continue
@@ -479,43 +503,63 @@ def run_sweep(config: SweepConfig, out: Path, timer: Timer) -> dict:
             result = LevelResult(twin.em, twin.f1, twin.bearing, twin.gold_hit, twin.systems, twin.sys_n,
                                  {**twin.info, "reads_done": 0, "reads_reused": 0, "same_corpus_as_seed": same_rows[rows_key][1]},
                                  twin.bert_f1, twin.more)
-            save_level(out, size, seed, result, meta)
-            levels[(size, seed)] = result
-            continue
-        level = restrict_corpus(dataset, rows)
-        t0 = time.perf_counter()
-        retriever = make_retriever()
-        with timer("retrieve"):
-            ranking = stages.retrieve(retriever, level, plan.depth, train=train if fit_train else None)
-        t_retrieve = time.perf_counter() - t0
-        fitted, train_info = None, {}
-        level_extra = [parse_selector(sel.spec) for sel in extra]  # fresh estimators: each level fits its own
-        if t_rows is not None:
-            t0 = time.perf_counter()
-            learn = ([parse_selector(f"ordinal:{plan.tau}")] if ordinal else []) + [sel for sel in level_extra if sel.learned]
-            with timer("fit_ordinal"):
-                done_fits = fit_learned(restrict_corpus(train_sample, t_rows), make_retriever(), learn, plan.tau, rc.read_unit, plan.depth)
-            fitted = done_fits[0] if ordinal else None
-            train_info = {"train_questions": len(train_sample.queries), "train_corpus_size": int(len(t_rows)),
-                          "fit_s": round(time.perf_counter() - t0, 3)}
-            if fitted is not None:
-                train_info["ordinal"] = fitted.to_dict()
-            if learned_extra:
-                train_info["fitted"] = {sel.spec: sel.to_dict() for sel in level_extra if sel.learned}
-        selectors = selector_systems(plan.thetas, plan.tau, fitted, level_extra)
-        with timer("read_and_score"):
-            result = evaluate_level(level, ranking, reader, cache, plan.n_max, selectors, rc.read_unit, rc.mu, bertscore,
-                                    metrics=config.metrics.answer)
-        note = (result.info.get("bert_f1") or {}).get("note")
-        if note and not noted:
-            noted = print(f"note: {note}", file=sys.stderr) or True
-        result.info.update({"corpus_size": int(size), "n_gold": plan.n_gold, "retrieve_s": round(t_retrieve, 3), **train_info})
-        result.info.update(open_level_counts(level.queries, ranking))
+        else:
+            result = evaluate_new_level(setup, size, rows, t_rows, timer)
+            same_rows[rows_key] = (size, seed)
+            note = (result.info.get("bert_f1") or {}).get("note")
+            if note and not noted:
+                noted = print(f"note: {note}", file=sys.stderr) or True
+            tqdm.write(f"size {size} seed {seed}: EM@1 {np.nanmean(result.em[:, 0]) * 100:.2f}"
+                       f"  reads done {result.info['reads_done']} reused {result.info['reads_reused']}")
         save_level(out, size, seed, result, meta)
         levels[(size, seed)] = result
-        same_rows[rows_key] = (size, seed)
-        tqdm.write(f"size {size} seed {seed}: EM@1 {np.nanmean(result.em[:, 0]) * 100:.2f}  reads done {result.info['reads_done']} reused {result.info['reads_reused']}")
-    return {"plan": plan, "levels": levels, "train": train}
+    return {"plan": plan, "levels": levels, "train": setup.train}
+
+
+def evaluate_new_level(setup: SweepSetup, size: int, rows: np.ndarray, t_rows: np.ndarray | None, timer: Timer) -> LevelResult:
+    """One level: retrieve against its corpus, fit the learned selectors on the training level, read and score."""
+    from data.open_domain import restrict_corpus
+    from pipeline import stages
+
+    config, plan, rc = setup.config, setup.plan, setup.config.reader
+    level = restrict_corpus(setup.dataset, rows)
+    t0 = time.perf_counter()
+    with timer("retrieve"):
+        ranking = stages.retrieve(setup.make_retriever(), level, plan.depth, train=setup.train if setup.fit_retriever else None)
+    t_retrieve = time.perf_counter() - t0
+    ordinal, extra, train_info = fit_level_selectors(setup, t_rows, timer)
+    selectors = selector_systems(plan.thetas, plan.tau, ordinal, extra)
+    with timer("read_and_score"):
+        result = evaluate_level(level, ranking, setup.reader, setup.cache, plan.n_max, selectors, rc.read_unit, rc.mu,
+                                config.metrics.bertscore(setup.dataset.queries.language, config.device), metrics=config.metrics.answer)
+    result.info.update({"corpus_size": int(size), "n_gold": plan.n_gold, "retrieve_s": round(t_retrieve, 3), **train_info})
+    result.info.update(open_level_counts(level.queries, ranking))
+    return result
+
+
+def fit_level_selectors(setup: SweepSetup, t_rows: np.ndarray | None, timer: Timer) -> tuple:
+    """``(ordinal, extra selectors, info)`` for one level: the learned ones fitted on training questions retrieved
+    against a training corpus of the level's size (fresh estimators: each level fits its own)."""
+    from data.open_domain import restrict_corpus
+    from selection import parse_selector
+
+    plan, ordinal_on = setup.plan, setup.config.selectors.ordinal
+    extra = [parse_selector(sel.spec) for sel in setup.extra]
+    if t_rows is None:
+        return None, extra, {}
+    t0 = time.perf_counter()
+    learn = ([parse_selector(f"ordinal:{plan.tau}")] if ordinal_on else []) + [sel for sel in extra if sel.learned]
+    with timer("fit_ordinal"):
+        fitted = fit_learned(restrict_corpus(setup.train_sample, t_rows), setup.make_retriever(), learn, plan.tau,
+                             setup.config.reader.read_unit, plan.depth)
+    ordinal = fitted[0] if ordinal_on else None
+    info = {"train_questions": len(setup.train_sample.queries), "train_corpus_size": int(len(t_rows)),
+            "fit_s": round(time.perf_counter() - t0, 3)}
+    if ordinal is not None:
+        info["ordinal"] = ordinal.to_dict()
+    if any(sel.learned for sel in extra):
+        info["fitted"] = {sel.spec: sel.to_dict() for sel in extra if sel.learned}
+    return ordinal, extra, info
 
 
 # --------------------------------------------------------------- aggregation
@@ -535,79 +579,69 @@ def system_n(result: LevelResult) -> np.ndarray:
     return np.concatenate([np.broadcast_to(np.arange(1, width + 1), (q, width)), result.sys_n], axis=1)
 
 
-def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weighting: str) -> dict:
-    """Tidy rows, seed aggregates, regret and best n from the per-level results."""
-    from eval.tradeoff import bootstrap_means, bootstrap_weights, percentile_interval, regret
+def family(name: str) -> str:
+    """A system's family: ``top``, ``threshold``, ``ordinal``, ``oracle`` or a plugin selector's name."""
+    return name.split(":")[0]
 
-    first = levels[(plan.sizes[0], plan.seeds[0])]
-    names = system_names(plan, first.systems)
-    m_count = len(names)
-    q_count = first.em.shape[0]
-    weights = bootstrap_weights(q_count, n_boot, boot_seed)
-    family = lambda name: name.split(":")[0]  # noqa: E731
-    rows, agg_rows = [], []
-    per_seed_em = np.zeros((len(plan.seeds), len(plan.sizes), m_count))
-    boot_em = np.zeros((n_boot, len(plan.sizes), m_count))
-    for k, size in enumerate(plan.sizes):
-        seed_tables = []
-        seed_metrics = []
-        for s, seed in enumerate(plan.seeds):
-            r = levels[(size, seed)]
-            em_t, f1_t, n_t = system_table(r, "em"), system_table(r, "f1"), system_n(r)
-            seed_tables.append(em_t)
-            width = r.em.shape[1]
-            ans_rec = np.concatenate([np.logical_or.accumulate(r.bearing, axis=1), np.take_along_axis(np.logical_or.accumulate(r.bearing, axis=1), r.sys_n - 1, axis=1)], axis=1)
-            gold_rec = np.concatenate([np.logical_or.accumulate(r.gold_hit, axis=1), np.take_along_axis(np.logical_or.accumulate(r.gold_hit, axis=1), r.sys_n - 1, axis=1)], axis=1)
-            bear_cnt = np.cumsum(r.bearing, axis=1)
-            bear_all = np.concatenate([bear_cnt, np.take_along_axis(bear_cnt, r.sys_n - 1, axis=1)], axis=1)
-            lo, hi = percentile_interval(bootstrap_means(em_t, weights))
-            metrics = {
-                "em": np.nanmean(em_t, axis=0),  # fractions in [0, 1] (percent before SWEEP_SCALE)
-                "f1": np.nanmean(f1_t, axis=0),
-                "mean_n": n_t.mean(axis=0),
-                "answer_recall": ans_rec.mean(axis=0),
-                "gold_recall": gold_rec.mean(axis=0),
-                "answer_bearing": bear_all.mean(axis=0),
-                "em_ci_low": lo,
-                "em_ci_high": hi,
-            }
-            if r.bert_f1 is not None:
-                metrics["bert_f1"] = np.nanmean(system_table(r, "bert_f1"), axis=0)
-            for name in r.more:
-                metrics[name] = np.nanmean(system_table(r, name), axis=0)
-            seed_metrics.append(metrics)
-            per_seed_em[s, k] = metrics["em"]
-            for m, name in enumerate(names):
-                rows.append({
-                    "dataset": plan.dataset.name, "split": plan.dataset.split, "corpus_size": size,
-                    "noise_ratio": noise_ratio(size, plan.n_gold), "seed": seed, "system": name, "family": family(name),
-                    "n": m + 1 if m < width else "", "questions": q_count,
-                    **{key: round(float(v[m]), 6) for key, v in metrics.items()},
-                    "reads_done": r.info.get("reads_done", 0), "reads_reused": r.info.get("reads_reused", 0),
-                })
-        mean_table = np.mean(seed_tables, axis=0)  # [Q, M] per-question EM averaged over seeds
-        boot_em[:, k] = bootstrap_means(mean_table, weights)
-        lo, hi = percentile_interval(boot_em[:, k])
-        for m, name in enumerate(names):
-            entry = {
-                "dataset": plan.dataset.name, "split": plan.dataset.split, "corpus_size": size,
-                "noise_ratio": noise_ratio(size, plan.n_gold), "system": name, "family": family(name),
-                "n": m + 1 if m < plan.n_max else "", "seeds": len(plan.seeds), "questions": q_count,
-            }
-            extra_keys = tuple(k for k in seed_metrics[0] if k == "bert_f1" or k in first.more)
-            for key in ("em", "f1", "mean_n", "answer_recall", "gold_recall", "answer_bearing") + extra_keys:
-                vals = np.array([sm[key][m] for sm in seed_metrics])
-                entry[f"{key}_mean"] = round(float(vals.mean()), 6)
-                entry[f"{key}_std"] = round(float(vals.std(ddof=1)) if len(vals) > 1 else 0.0, 6)
-            entry["em_ci_low"] = round(float(lo[m]), 6)
-            entry["em_ci_high"] = round(float(hi[m]), 6)
-            agg_rows.append(entry)
+
+def level_means(r: LevelResult, weights: np.ndarray) -> dict[str, np.ndarray]:
+    """Per system (top:1..N, then the selectors) the means over questions of one level: EM (and its bootstrap
+    interval), F1, n read, answer and gold recall, answer-bearing passages, and every other metric scored."""
+    from eval.tradeoff import bootstrap_means, percentile_interval
+
+    def at_systems(per_n: np.ndarray) -> np.ndarray:  # [Q, N] per n -> [Q, N + M]: the selectors' n appended
+        return np.concatenate([per_n, np.take_along_axis(per_n, r.sys_n - 1, axis=1)], axis=1)
+
+    em_t = system_table(r, "em")
+    lo, hi = percentile_interval(bootstrap_means(em_t, weights))
+    metrics = {
+        "em": np.nanmean(em_t, axis=0),  # fractions in [0, 1] (percent before SWEEP_SCALE)
+        "f1": np.nanmean(system_table(r, "f1"), axis=0),
+        "mean_n": system_n(r).mean(axis=0),
+        "answer_recall": at_systems(np.logical_or.accumulate(r.bearing, axis=1)).mean(axis=0),
+        "gold_recall": at_systems(np.logical_or.accumulate(r.gold_hit, axis=1)).mean(axis=0),
+        "answer_bearing": at_systems(np.cumsum(r.bearing, axis=1)).mean(axis=0),
+        "em_ci_low": lo,
+        "em_ci_high": hi,
+    }
+    if r.bert_f1 is not None:
+        metrics["bert_f1"] = np.nanmean(system_table(r, "bert_f1"), axis=0)
+    for name in r.more:
+        metrics[name] = np.nanmean(system_table(r, name), axis=0)
+    return metrics
+
+
+def seed_aggregate(plan: SweepPlan, size: int, names: list[str], q_count: int, seed_metrics: list[dict],
+                   extra_keys: tuple, interval: tuple[np.ndarray, np.ndarray]) -> list[dict]:
+    """summary.csv rows of one corpus size: mean and std over seeds, the bootstrap interval of the seed-mean EM."""
+    lo, hi = interval
+    rows = []
+    for m, name in enumerate(names):
+        entry = {
+            "dataset": plan.dataset.name, "split": plan.dataset.split, "corpus_size": size,
+            "noise_ratio": noise_ratio(size, plan.n_gold), "system": name, "family": family(name),
+            "n": m + 1 if m < plan.n_max else "", "seeds": len(plan.seeds), "questions": q_count,
+        }
+        for key in ("em", "f1", "mean_n", "answer_recall", "gold_recall", "answer_bearing") + extra_keys:
+            vals = np.array([sm[key][m] for sm in seed_metrics])
+            entry[f"{key}_mean"] = round(float(vals.mean()), 6)
+            entry[f"{key}_std"] = round(float(vals.std(ddof=1)) if len(vals) > 1 else 0.0, 6)
+        entry["em_ci_low"] = round(float(lo[m]), 6)
+        entry["em_ci_high"] = round(float(hi[m]), 6)
+        rows.append(entry)
+    return rows
+
+
+def regret_table(plan: SweepPlan, names: list[str], per_seed_em: np.ndarray, boot_em: np.ndarray, weighting: str) -> dict:
+    """Regret per system over corpus sizes (:func:`eval.tradeoff.regret`): mean and std over seeds, bootstrap
+    interval, and the uniform-weight mean."""
+    from eval.tradeoff import percentile_interval, regret
+
     reference = np.array([family(n) != "oracle" for n in names])
     reg_seed = regret(per_seed_em, plan.sizes, reference, weighting)  # [S, M]
-    reg_boot = regret(boot_em, plan.sizes, reference, weighting)  # [B, M]
-    reg_lo, reg_hi = percentile_interval(reg_boot)
+    reg_lo, reg_hi = percentile_interval(regret(boot_em, plan.sizes, reference, weighting))  # over [B, M]
     reg_uniform = regret(per_seed_em, plan.sizes, reference, "uniform").mean(axis=0)
-    regrets = {
+    return {
         name: {
             "mean": round(float(reg_seed[:, m].mean()), 6),
             "std": round(float(reg_seed[:, m].std(ddof=1)) if len(plan.seeds) > 1 else 0.0, 6),
@@ -617,10 +651,10 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
         for m, name in enumerate(names)
     }
 
-    def best_of(fam: str):
-        cands = [(regrets[n]["mean"], n) for n in names if family(n) == fam]
-        return None if not cands else {"system": min(cands)[1], "regret": min(cands)[0]}
 
+def best_n_table(plan: SweepPlan, names: list[str], per_seed_em: np.ndarray) -> dict:
+    """Per corpus size: the best fixed n (mean over seeds, and per seed) and the best non-oracle system."""
+    reference = np.array([family(n) != "oracle" for n in names])
     mean_em = per_seed_em.mean(axis=0)  # [K, M]
     best_n = {}
     for k, size in enumerate(plan.sizes):
@@ -630,11 +664,51 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
             "per_seed": [int(np.argmax(per_seed_em[s, k, : plan.n_max])) + 1 for s in range(len(plan.seeds))],
             "best_system": names[int(np.argmax(np.where(reference, mean_em[k], -np.inf)))],
         }
+    return best_n
+
+
+def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weighting: str) -> dict:
+    """Tidy rows, seed aggregates, regret and best n from the per-level results."""
+    from eval.tradeoff import bootstrap_means, bootstrap_weights, percentile_interval
+
+    first = levels[(plan.sizes[0], plan.seeds[0])]
+    names = system_names(plan, first.systems)
+    q_count = first.em.shape[0]
+    weights = bootstrap_weights(q_count, n_boot, boot_seed)
+    rows, agg_rows = [], []
+    per_seed_em = np.zeros((len(plan.seeds), len(plan.sizes), len(names)))
+    boot_em = np.zeros((n_boot, len(plan.sizes), len(names)))
+    for k, size in enumerate(plan.sizes):
+        seed_metrics = []
+        for s, seed in enumerate(plan.seeds):
+            r = levels[(size, seed)]
+            metrics = level_means(r, weights)
+            seed_metrics.append(metrics)
+            per_seed_em[s, k] = metrics["em"]
+            for m, name in enumerate(names):
+                rows.append({
+                    "dataset": plan.dataset.name, "split": plan.dataset.split, "corpus_size": size,
+                    "noise_ratio": noise_ratio(size, plan.n_gold), "seed": seed, "system": name, "family": family(name),
+                    "n": m + 1 if m < r.em.shape[1] else "", "questions": q_count,
+                    **{key: round(float(v[m]), 6) for key, v in metrics.items()},
+                    "reads_done": r.info.get("reads_done", 0), "reads_reused": r.info.get("reads_reused", 0),
+                })
+        mean_table = np.mean([system_table(levels[(size, seed)], "em") for seed in plan.seeds], axis=0)  # [Q, M] EM over seeds
+        boot_em[:, k] = bootstrap_means(mean_table, weights)
+        extra_keys = tuple(key for key in seed_metrics[0] if key == "bert_f1" or key in first.more)
+        agg_rows += seed_aggregate(plan, size, names, q_count, seed_metrics, extra_keys, percentile_interval(boot_em[:, k]))
+    regrets = regret_table(plan, names, per_seed_em, boot_em, weighting)
+
+    def best_of(fam: str):
+        cands = [(regrets[n]["mean"], n) for n in names if family(n) == fam]
+        return None if not cands else {"system": min(cands)[1], "regret": min(cands)[0]}
+
+    mean_em = per_seed_em.mean(axis=0)  # [K, M]
     summary = {
         "dataset": plan.dataset.name, "split": plan.dataset.split, "questions": q_count, "scale": SWEEP_SCALE,
         "corpus_sizes": plan.sizes, "noise_ratios": [noise_ratio(s, plan.n_gold) for s in plan.sizes],
         "gold_rows": plan.n_gold, "pool_rows": plan.n_pool, "seeds": plan.seeds, "n_max": plan.n_max, "tau": plan.tau,
-        "thetas": plan.thetas, "best_n": best_n, **open_level_summary(plan, levels),
+        "thetas": plan.thetas, "best_n": best_n_table(plan, names, per_seed_em), **open_level_summary(plan, levels),
         "regret": {
             "weighting": weighting,
             "definition": "per size: best EM among non-oracle systems minus the system's EM (EM as a fraction; x100 = EM points); "

@@ -40,7 +40,7 @@ from retrievers.base import RetrieverBase
 from retrievers.types import Ranking
 
 FIELDS = ("sentence", "sentence+context", "context")
-ENGINES = ("auto", "pyserini")
+SEARCHERS = ("auto", "pyserini")  # who searches the index: our batch helper (auto) or Pyserini's batch_search
 _WARNED: set[str] = set()
 
 
@@ -64,7 +64,7 @@ class BM25Retriever(RetrieverBase):
     index_path : search this existing Lucene index (directory or Pyserini
         prebuilt name) instead of building one; its ``id`` field is matched to
         ``corpus.ids``.
-    engine : ``"auto"`` (our batch helper when it can be compiled, else
+    searcher : ``"auto"`` (our batch helper when it can be compiled, else
         Pyserini's ``batch_search``) or ``"pyserini"`` (always ``batch_search``).
     """
 
@@ -80,7 +80,7 @@ class BM25Retriever(RetrieverBase):
         threads: int | None = None,
         index_dir: str | None = None,
         index_path: str | None = None,
-        engine: str = "auto",
+        searcher: str = "auto",
     ):
         self.k1 = k1
         self.b = b
@@ -90,7 +90,7 @@ class BM25Retriever(RetrieverBase):
         self.threads = threads
         self.index_dir = index_dir
         self.index_path = index_path
-        self.engine = engine
+        self.searcher = searcher
 
     # ------------------------------------------------------------------ index
     def _content_chunks(self, corpus: Corpus, chunk: int = 20_000) -> Iterator[list[str]]:
@@ -161,8 +161,8 @@ class BM25Retriever(RetrieverBase):
     def index(self, corpus: Corpus) -> "BM25Retriever":
         if len(corpus) == 0:
             raise UserError("bm25: the corpus is empty")
-        if self.engine not in ENGINES:
-            raise UserError(f"bm25 engine {self.engine!r} unknown; use one of {', '.join(ENGINES)}")
+        if self.searcher not in SEARCHERS:
+            raise UserError(f"bm25 searcher {self.searcher!r} unknown; use one of {', '.join(SEARCHERS)}")
         from retrievers.java import ensure_jvm
 
         ensure_jvm()
@@ -183,7 +183,7 @@ class BM25Retriever(RetrieverBase):
         self._configure(self._simple)
         self._batch = None
         self._id_rows = None
-        if self.engine == "auto":
+        if self.searcher == "auto":
             self._batch = self._batch_searcher(path, own, corpus)
         if self._batch is None and not own:
             self._id_rows = {str(x): i for i, x in enumerate(corpus.ids)}  # the fallback maps Pyserini's docids

@@ -106,7 +106,7 @@ def test_rankings_identical_on_a_passage_corpus(passages):
     r = BM25Retriever(threads=2, field="context").index(corpus)
     assert_identical(r.search(questions, 1000), bare_batch_search(r, questions, 1000), 1000)
     # the Pyserini engine path (the fallback without javac) gives the same arrays
-    p = BM25Retriever(threads=2, field="context", engine="pyserini").index(corpus)
+    p = BM25Retriever(threads=2, field="context", searcher="pyserini").index(corpus)
     a, b = r.search(questions[:40], 1000), p.search(questions[:40], 1000)
     np.testing.assert_array_equal(a.ids, b.ids)
     np.testing.assert_array_equal(a.scores, b.scores)
