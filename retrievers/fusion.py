@@ -25,28 +25,11 @@ an unknown option is a ``UserError``.  Learned methods declare
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from data.errors import UserError
-from data.plugins import build
-from retrievers.base import Retriever
-from retrievers.registry import FUSERS, fusion_method
+from retrievers.registry import FUSERS, build_fused, fusion_method  # noqa: F401 - build_fused kept importable from here
 
 FUSION_METHODS = tuple(FUSERS.builtin_names())  # our own methods (FUSERS.names() adds the installed plugins')
-
-
-def build_fused(method: str, members: Sequence[Retriever], options: Mapping[str, Any] | None = None) -> Retriever:
-    """A fused retriever of ``method`` over already-constructed ``members``.
-
-    ``options`` hold constructor parameters (e.g. ``{"rank_constant": "60",
-    "depth": "100"}`` for ``rrf``, ``{"weights": "0.3,0.7"}`` for ``fuse-*``,
-    ``{"seed": 1}`` for ``mrrank``); nothing is indexed or fitted here.
-    """
-    item = FUSERS.find(method)
-    if item is None:
-        raise UserError(f"unknown fusion method {method!r} (choose from {', '.join(FUSERS.names())})")
-    cls, fixed = fusion_method(item)
-    return build(cls, options, method, members=list(members), **fixed)
 
 
 def needs_fit(retriever: Any) -> bool:

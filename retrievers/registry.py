@@ -27,14 +27,14 @@ declared by the class (:class:`retrievers.base.RetrieverBase`):
 ``model``; bm25 takes none), ``extra_options_to`` the dict parameter that
 receives bracket keys the constructor does not name (dense: its
 ``encoder_options``, for built-in and plugin encoders).  Fused retrievers take
-``options["fusion"]`` (see :func:`retrievers.fusion.build_fused`).
+``options["fusion"]`` (see :func:`build_fused`).
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from data.errors import UserError
 from data.plugins import Registry, build, coerce, parameters
@@ -227,6 +227,18 @@ def make_retriever(
     if not parts:
         raise UserError(f"retriever {spec!r}: {head} needs members, e.g. {head}:bm25+dense")
     members = [make_single(p, opts) for p in parts]
-    from retrievers.fusion import build_fused
-
     return build_fused(head, members, opts.get(FUSION))
+
+
+def build_fused(method: str, members: Sequence[Retriever], options: Mapping[str, Any] | None = None) -> Retriever:
+    """A fused retriever of ``method`` over already-constructed ``members``.
+
+    ``options`` hold constructor parameters (e.g. ``{"rank_constant": "60",
+    "depth": "100"}`` for ``rrf``, ``{"weights": "0.3,0.7"}`` for ``fuse-*``,
+    ``{"seed": 1}`` for ``mrrank``); nothing is indexed or fitted here.
+    """
+    item = FUSERS.find(method)
+    if item is None:
+        raise UserError(f"unknown fusion method {method!r} (choose from {', '.join(FUSERS.names())})")
+    cls, fixed = fusion_method(item)
+    return build(cls, options, method, members=list(members), **fixed)
