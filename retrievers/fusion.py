@@ -1,8 +1,9 @@
-"""Build a fused retriever from a method name, member retrievers and options.
+"""Fused retrievers: which methods there are and which of them learn.
 
 The spec-string parser (``retrievers.registry``) turns e.g.
 ``rrf:bm25+dense`` or ``mrrank:bm25+dense+dense:PATH`` into a method name, the
-member retrievers and an options dict, then calls :func:`build_fused`.  The
+member retrievers and an options dict, then calls
+:func:`retrievers.registry.build_fused` (importable from here too).  The
 methods are the names of :data:`retrievers.registry.FUSERS` (plugins add their
 own through the entry-point group ``qa_retrieval_eval.fusers``).
 
