@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from data.errors import UserError
+from retrievers.base import members_of
 from retrievers.bm25 import BM25Retriever
 from retrievers.dense import DenseRetriever
 
@@ -174,15 +175,12 @@ class RayEngine:
     # ------------------------------------------------------------ retrievers
     def adapt_retriever(self, retriever):
         """The retriever with its BM25/dense parts (also the members of fused ones) on Ray."""
-        if isinstance(retriever, (RayBM25Retriever, RayDenseRetriever)):
-            return retriever
-        if type(retriever) is BM25Retriever:
-            return _rebuild(RayBM25Retriever, retriever, engine=self)
-        if type(retriever) is DenseRetriever:
-            return _rebuild(RayDenseRetriever, retriever, engine=self)
-        members = getattr(retriever, "members", None)
-        if isinstance(members, list):
-            members[:] = [self.adapt_retriever(m) for m in members]
+        on_ray = ON_RAY.get(type(retriever))  # exactly these classes: a subclass may change what search does
+        if on_ray is not None:
+            return _rebuild(on_ray, retriever, engine=self)
+        members = members_of(retriever)
+        if members:
+            retriever.members[:] = [self.adapt_retriever(m) for m in members]
         return retriever
 
     def encode_shards(self, retriever: DenseRetriever, texts: Sequence[str], ranges: Sequence[tuple[int, int]]):
@@ -319,6 +317,10 @@ class RayBM25Retriever(BM25Retriever):
         if k < 1:
             raise UserError(f"bm25: k must be >= 1 (got {k})")
         return self.engine_.search_bm25(self, query_texts, k)
+
+
+# the retrievers whose heavy part runs on Ray, by exact class -> their Ray version
+ON_RAY = {BM25Retriever: RayBM25Retriever, DenseRetriever: RayDenseRetriever}
 
 
 def _params(cls, obj) -> dict[str, Any]:

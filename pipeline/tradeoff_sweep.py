@@ -290,20 +290,13 @@ def bert_f1_every_n(reads, chosen: np.ndarray, golds, bertscore: dict) -> tuple[
     return out, info
 
 
-def fit_ordinal(train_level, retriever, tau: int, unit: str, depth: int):
-    """Ordinal regression (paper §4.2) fitted on training questions retrieved against ``train_level``
-    (through :func:`pipeline.stages.fit_selector`, as ``pipeline.run`` fits a learned selector)."""
-    from selection import parse_selector
-
-    return fit_learned(train_level, retriever, [parse_selector(f"ordinal:{tau}")], tau, unit, depth)[0]
-
-
-def fit_learned(train_level, retriever, selectors: list, tau: int, unit: str, depth: int) -> list:
+def fit_learned(train_level, retriever, selectors: list, tau: int, unit: str, depth: int, train=None) -> list:
     """Fit learned selectors on one retrieval of the training questions against ``train_level``;
-    each sees its own depth (its ``max_depth``, else τ) of that ranking."""
+    each sees its own depth (its ``max_depth``, else τ) of that ranking.  A learned retriever is fitted on
+    ``train`` first, as at the evaluated levels."""
     from pipeline import stages
 
-    ranking = stages.retrieve(retriever, train_level, depth)
+    ranking = stages.retrieve(retriever, train_level, depth, train=train)
     return [stages.fit_selector(sel, train_level, ranking, min(sel.max_depth or tau, ranking.depth), unit) for sel in selectors]
 
 
@@ -551,7 +544,7 @@ def fit_level_selectors(setup: SweepSetup, t_rows: np.ndarray | None, timer: Tim
     learn = ([parse_selector(f"ordinal:{plan.tau}")] if ordinal_on else []) + [sel for sel in extra if sel.learned]
     with timer("fit_ordinal"):
         fitted = fit_learned(restrict_corpus(setup.train_sample, t_rows), setup.make_retriever(), learn, plan.tau,
-                             setup.config.reader.read_unit, plan.depth)
+                             setup.config.reader.read_unit, plan.depth, train=setup.train if setup.fit_retriever else None)
     ordinal = fitted[0] if ordinal_on else None
     info = {"train_questions": len(setup.train_sample.queries), "train_corpus_size": int(len(t_rows)),
             "fit_s": round(time.perf_counter() - t0, 3)}

@@ -71,6 +71,7 @@ from retrievers.pooling import (
     pool_rankings,
     search_fused,
     search_members,
+    training_gold,
     training_subset,
 )
 from retrievers.routing import WH_WORDS, score_distribution_stats
@@ -427,7 +428,7 @@ class MrRankRetriever(RetrieverBase):
             m.index(corpus)
         rankings = search_members(self.members, queries.texts, self.depth)
         self.index_features(corpus)
-        return self.fit_rankings(queries.texts, rankings, queries.gold)
+        return self.fit_rankings(queries.texts, rankings, training_gold(queries, corpus, rankings))
 
     def fit_rankings(
         self, query_texts: Sequence[str], rankings: Sequence[Ranking], gold: Sequence[np.ndarray]

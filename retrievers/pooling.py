@@ -254,9 +254,13 @@ def training_subset(
         new_row = np.full(len(corpus), -1, dtype=np.int64)
         new_row[rows] = np.arange(len(rows))
         keep_q, new_gold = [], []
+        open_domain = queries.answer_match is not None  # gold found by answer matching later: every query stays
         for q, g in enumerate(queries.gold):
             g = np.asarray(g, dtype=np.int64)
-            if len(g) and np.all(new_row[g] >= 0):
+            if open_domain:
+                keep_q.append(q)
+                new_gold.append(new_row[g][new_row[g] >= 0])
+            elif len(g) and np.all(new_row[g] >= 0):
                 keep_q.append(q)
                 new_gold.append(new_row[g])
         corpus = corpus.subset(rows)
@@ -268,6 +272,19 @@ def training_subset(
     if len(queries) == 0:
         raise UserError(f"{dataset.name}/{dataset.split}: no training queries left after sampling")
     return corpus, queries
+
+
+def training_gold(queries: Queries, corpus: Corpus, rankings: Sequence[Ranking]) -> list[np.ndarray]:
+    """The gold rows learned fusers train on: the split's own; for open-domain questions (``answer_match`` set)
+    also every pooled row that holds an answer (DPR's has-answer test over what the members retrieved), as the
+    evaluated split's gold is resolved after retrieval (``pipeline.stages.resolve_open_gold``)."""
+    if queries.answer_match is None:
+        return list(queries.gold)
+    from eval.dpr_accuracy import has_answer_matrix
+
+    pooled = np.concatenate([np.asarray(r.ids) for r in rankings], axis=1)
+    mask = has_answer_matrix(pooled, corpus.answer_texts, queries.answers, queries.answer_match)
+    return [np.union1d(np.asarray(g, dtype=np.int64), pooled[q][mask[q]]) for q, g in enumerate(queries.gold)]
 
 
 def fuse_name(method: str, members: Sequence[Retriever]) -> str:

@@ -45,6 +45,7 @@ from retrievers.pooling import (
     reciprocal_rank_of_gold,
     search_fused,
     search_members,
+    training_gold,
     training_subset,
 )
 from retrievers.types import Ranking
@@ -251,7 +252,7 @@ class RouterRetriever(RetrieverBase):
         for m in tqdm(self.members, desc="route: index train corpus", unit="retriever"):
             m.index(corpus)
         rankings = search_members(self.members, queries.texts, self.depth)
-        return self.fit_rankings(queries.texts, rankings, queries.gold)
+        return self.fit_rankings(queries.texts, rankings, training_gold(queries, corpus, rankings))
 
     def fit_rankings(
         self, query_texts: Sequence[str], rankings: Sequence[Ranking], gold: Sequence[np.ndarray]
