@@ -70,15 +70,15 @@ def executed_lengths(reader, questions, passages, windows, tokens):
     """Padded lengths of every window as the reader batches them (for the FLOP count)."""
     import numpy as np
 
-    from readers.extractive import _batches
+    from readers.extractive import window_batches
 
     tok = reader.tokenizer_
-    enc = tok(reader._cut_questions(list(questions)), list(passages), truncation="only_second", max_length=reader.max_length,
+    enc = tok(reader.cut_questions(list(questions)), list(passages), truncation="only_second", max_length=reader.max_length,
               stride=reader.stride, return_overflowing_tokens=True, padding=False)
     lengths = np.array([len(x) for x in enc["input_ids"]])
     order = np.argsort(-lengths, kind="stable")
     out = []
-    for b in _batches(lengths[order], windows, tokens):
+    for b in window_batches(lengths[order], windows, tokens):
         width = int(lengths[order][b].max())
         out += [width] * (b.stop - b.start)
     return out, lengths.tolist()

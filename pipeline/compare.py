@@ -34,7 +34,14 @@ from data.errors import UserError
 from data.io import write_text
 from pipeline.cli import main_guard
 
-DEFAULT_METRICS = ("rr", "r@10", "ndcg@10", "r@100", "em", "f1", "rouge_l", "meteor", "bert_f1")
+RETRIEVAL_DEFAULTS = ("rr", "r@10", "ndcg@10", "r@100")
+
+
+def default_metrics() -> tuple[str, ...]:
+    """The per-query metrics compared by default, in this order: retrieval headlines, then every answer metric."""
+    from eval.registry import answer_metric_names
+
+    return RETRIEVAL_DEFAULTS + tuple(answer_metric_names())
 NOT_METRICS = ("id", "n", "error")
 
 
@@ -78,7 +85,8 @@ def available_metrics(runs: list[Run]) -> list[str]:
         names = {k for r in run.rows.values() for k, v in r.items() if k not in NOT_METRICS and isinstance(v, (int, float))}
         common = names if common is None else common & names
     common = common or set()
-    return [m for m in DEFAULT_METRICS if m in common] + sorted(common - set(DEFAULT_METRICS))
+    defaults = default_metrics()
+    return [m for m in defaults if m in common] + sorted(common - set(defaults))
 
 
 def aligned(runs: list[Run], metric: str) -> tuple[list[str], np.ndarray]:
@@ -214,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _Parser(prog="python -m pipeline.compare", description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", help="pipeline.run --out directories (two or more)")
-    p.add_argument("--metrics", help=f"comma-separated per-query metrics (default: those of {','.join(DEFAULT_METRICS)} all runs have)")
+    p.add_argument("--metrics", help=f"comma-separated per-query metrics (default: those of {','.join(RETRIEVAL_DEFAULTS)} and the answer metrics all runs have)")
     p.add_argument("--test", default="paired-t", choices=TESTS)
     p.add_argument("--correction", default="holm", choices=CORRECTIONS)
     p.add_argument("--baseline", help="a run directory (or its name) every other run is tested against")

@@ -133,7 +133,9 @@ def run_tables(metrics: dict) -> str:
         parts.append("<h2>Retrieval (BEIR, pytrec_eval; %)</h2>" + _table(["metric", "value (%)", "95% CI (%)"], rows, "beir-table"))
     reading = metrics.get("reading")
     if reading:
-        rows = [[k, _pct(reading[k]), _ci(metrics, f"reading.{k}")] for k in ("em", "f1", "rouge_l", "meteor", "bert_f1", "answer_recall")
+        from eval.registry import answer_metric_names
+
+        rows = [[k, _pct(reading[k]), _ci(metrics, f"reading.{k}")] for k in answer_metric_names() + ["answer_recall"]
                 if k in reading]
         parts.append("<h2>Reading (%)</h2>" + _table(["metric", "value (%)", "95% CI (%)"], rows, "reading-table")
                      + f"<p class=meta>selector {html.escape(str(reading.get('selector')))}, mean n {reading.get('mean_n', 0):.2f}, "

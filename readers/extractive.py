@@ -479,7 +479,7 @@ class ExtractiveReader:
                     bar.close()
         return plan.result()
 
-    def _cut_questions(self, questions: list[str]) -> list[str]:
+    def cut_questions(self, questions: list[str]) -> list[str]:
         """Questions longer than ``max_question_tokens`` cut to that many tokens."""
         distinct = list(dict.fromkeys(questions))
         enc = self.tokenizer_(distinct, add_special_tokens=False, return_offsets_mapping=True)
@@ -493,7 +493,7 @@ class ExtractiveReader:
         import torch
 
         tok = self.tokenizer_
-        questions = self._cut_questions(questions)
+        questions = self.cut_questions(questions)
         first, second = (passages, questions) if self.context_first_ else (questions, passages)
         enc = tok(
             first,
@@ -598,7 +598,6 @@ def window_batches(sorted_lengths: np.ndarray, batch_size: int, max_batch_tokens
         lo = hi
 
 
-_batches = window_batches  # the former private name (bench/reader_batch.py imports it)
 
 
 def _progress_bar(enabled: bool):
