@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from data.registry import load_dataset
-    from pipeline.run import limit_queries
+    from data.types import limit_queries
     from retrievers import pooling, rrf, score_fusion
     from retrievers.registry import make_retriever
 

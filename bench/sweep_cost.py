@@ -47,7 +47,8 @@ def main() -> int:
     from data.registry import load_dataset
     from pipeline import stages
     from pipeline.cli import print_table
-    from pipeline.sweep import DEFAULT_THETAS, evaluate_level, every_kth_question, parse_thetas, selector_systems
+    from pipeline.config import SelectorsConfig
+    from pipeline.tradeoff_sweep import evaluate_level, every_kth_question, parse_thetas, selector_systems
     from pipeline.sweep import main as sweep_main
     from readers.extractive import ExtractiveReader, ReadCache
 
@@ -59,7 +60,7 @@ def main() -> int:
     level = restrict_corpus(ds, rows)
     ranking = stages.retrieve(stages.build_retriever("bm25", {}), level, args.n)
     reader = ExtractiveReader(args.reader, progress=False).load()
-    selectors = selector_systems(parse_thetas(DEFAULT_THETAS), min(25, args.n), None)
+    selectors = selector_systems(parse_thetas(SelectorsConfig().thetas), min(25, args.n), None)
 
     # ---------------------------------------------------------------- part A
     with tempfile.TemporaryDirectory() as tmp:

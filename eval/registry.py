@@ -158,7 +158,7 @@ class AnswerMetricRegistry(Registry[AnswerMetric]):
             entry = AnswerMetric.from_function(name, item)
         else:
             raise UserError(f"answer metric {name!r}: {item!r} is neither a function nor an AnswerMetric")
-        self._items[name] = entry
+        (self._items if name in self._items else self._loaded)[name] = entry  # a plugin stays a plugin
         return entry
 
 

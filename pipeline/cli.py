@@ -47,27 +47,12 @@ def main_guard(main: Callable[[list[str] | None], int]) -> Callable[[list[str] |
 
 
 def load_config(path: str | None) -> dict[str, Any]:
-    """Flags from a YAML or TOML file (keys are flag names, ``-`` or ``_``)."""
+    """Flags from a YAML or TOML file (keys are flag names, ``-`` or ``_``), for the commands without a typed config."""
     if not path:
         return {}
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{p}: config file not found")
-    text = p.read_text(encoding="utf-8")
-    try:
-        if p.suffix.lower() == ".toml":
-            import tomllib
+    from pipeline.config import read_config_file
 
-            cfg = tomllib.loads(text)
-        else:
-            import yaml
-
-            cfg = yaml.safe_load(text) or {}
-    except Exception as e:
-        raise UserError(f"{p}: cannot parse config ({str(e).splitlines()[0]})") from None
-    if not isinstance(cfg, dict):
-        raise UserError(f"{p}: config must be a mapping of flag names to values")
-    return {str(k).replace("-", "_"): v for k, v in cfg.items()}
+    return {str(k).replace("-", "_"): v for k, v in read_config_file(path).items()}
 
 
 def parse_with_config(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:

@@ -46,6 +46,16 @@ def setting(default: Any = None, flag: str | None = None, help: str = "", *, vol
     return Field(default, description=help, json_schema_extra=extra, **constraints)
 
 
+def each_checked(values: list[str], check) -> list[str]:
+    """``values`` after ``check(value)`` accepted each (a name or spec); its one-line UserError becomes the field's error."""
+    for value in values:
+        try:
+            check(value)
+        except UserError as e:
+            raise ValueError(str(e)) from None
+    return values
+
+
 class Section(BaseModel):
     """A record of settings: unknown keys are errors; values are checked on assignment too."""
 
@@ -226,12 +236,7 @@ class MetricsConfig(Section):
     def _registered(cls, v: list[str]):
         from eval.registry import answer_metric
 
-        for name in v:
-            try:
-                answer_metric(name)
-            except UserError as e:
-                raise ValueError(str(e)) from None
-        return v
+        return each_checked(v, answer_metric)
 
     def options(self, language: str, device: str) -> dict[str, dict]:
         """Per answer metric, the options it is scored with (bert_f1: BERTScore's model, layer, rescaling, device)."""
@@ -277,12 +282,7 @@ class SelectorsConfig(Section):
     def _selectors_parse(cls, v: list[str]):
         from selection import parse_selector
 
-        for spec in v:
-            try:
-                parse_selector(spec)
-            except UserError as e:
-                raise ValueError(str(e)) from None
-        return v
+        return each_checked(v, parse_selector)
 
 
 class StatisticsConfig(Section):

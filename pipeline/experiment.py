@@ -125,15 +125,14 @@ def _run(config: RunConfig, engine, flags: dict | None) -> RunResult:
     extra = {**run_facts(retriever, engine), **_data_facts(config, dataset, train)}
     if notes:
         extra["notes"] = notes
-    read = None
-    if reader is not None:
-        def read(stage: Path) -> dict:
-            from pipeline.reading import run_reader
+    def read(stage: Path) -> dict:  # the reading stage: select, read, answer, score (into the staged outputs)
+        from pipeline.reading import run_reader
 
-            return run_reader(config, dataset, ranking, selector, train, reader=reader, timer=timer, out=out,
-                              retriever_factory=new_retriever, engine=engine, stage=stage)
+        return run_reader(config, dataset, ranking, selector, train, reader=reader, timer=timer, out=out,
+                          retriever_factory=new_retriever, engine=engine, stage=stage)
 
-    manifest = _write(config, out, dataset, train, ranking, retriever, selector, metrics, per_query, read, extra, flags, timer)
+    manifest = _write(config, out, dataset, train, ranking, retriever, selector, metrics, per_query,
+                      read if reader is not None else None, extra, flags, timer)
     return RunResult(metrics=metrics, out=out, manifest=manifest, notes=notes)
 
 

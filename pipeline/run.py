@@ -26,7 +26,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from data.types import limit_queries  # noqa: F401 - kept importable from here
 from pipeline.cli import config_from_argv, main_guard, print_table, retrieval_levels
 from pipeline.config import RunConfig
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 METRICS_SCALE = "fraction"  # every metric in metrics.json lies in [0, 1] (EM and F1 were percent before)
 
 

@@ -13,17 +13,7 @@ import sys
 
 from pipeline.cli import config_from_argv, main_guard
 from pipeline.config import SweepConfig
-from pipeline.tradeoff_sweep import (  # noqa: F401 - the sweep's parts, importable from here
-    aggregate,
-    evaluate_level,
-    every_kth_question,
-    parse_n,
-    parse_seeds,
-    parse_thetas,
-    print_summary,
-    run_sweep_experiment,
-    selector_systems,
-)
+from pipeline.tradeoff_sweep import print_summary, run_sweep_experiment
 
 
 def parse_config(argv: list[str] | None = None) -> tuple[SweepConfig, dict]:

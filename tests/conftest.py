@@ -1,5 +1,6 @@
 """Test settings: local data from ../shared/data, offline hub, quiet tokenizers."""
 
+import importlib
 import os
 from pathlib import Path
 
@@ -15,6 +16,25 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 DATA = Path(os.environ["QA_DATA_DIR"])
 MODELS = (ROOT / ".." / "shared" / "models").resolve()
 READER = MODELS / "minilm-squad-reader"
+PLUGIN_DIR = ROOT / "tests" / "qa_plugin"  # an example third-party package: its .dist-info declares entry points
+
+
+@pytest.fixture
+def plugin_package(monkeypatch):
+    """tests/qa_plugin on sys.path, as if ``pip install``-ed: call the fixture with the registries that should see it
+    now; on teardown they forget it again (sys.path restored, their plugins re-read)."""
+    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
+    importlib.invalidate_caches()
+    seen = []
+
+    def use(*registries):
+        for registry in registries:
+            registry.reload_plugins()
+            seen.append(registry)
+
+    yield use
+    for registry in seen:
+        registry.reload_plugins()
 
 
 @pytest.fixture(scope="session")

@@ -301,7 +301,7 @@ def test_cli_bm25_index_flag_with_pyserini_index_of_natural_ids(data_dir, tmp_pa
     same documents (ids mapped back to corpus rows and out again), scores and order.
     """
     from data.registry import load_dataset
-    from pipeline.run import limit_queries
+    from data.types import limit_queries
     from retrievers.java import import_pyserini_lucene
 
     spec = f"squad_file:{data_dir / 'xquad' / 'xquad.en.json'}"

@@ -5,7 +5,6 @@ Real data from ``QA_DATA_DIR`` (../shared/data), real entry points (tests/qa_plu
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 from pathlib import Path
@@ -28,15 +27,9 @@ def private_cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def plugin_on_path(monkeypatch):
+def plugin_on_path(plugin_package):
     """tests/qa_plugin on sys.path, as if ``pip install``-ed; the registry forgets it afterwards."""
-    monkeypatch.syspath_prepend(str(ROOT / "tests" / "qa_plugin"))
-    importlib.invalidate_caches()
-    # a loaded plugin is kept in the registry's table: restore the table (and the entry points read) on teardown
-    monkeypatch.setattr(DATASETS, "_items", dict(DATASETS._items))
-    monkeypatch.setattr(DATASETS, "_plugins", None)
-    DATASETS.reload_plugins()
-    yield
+    plugin_package(DATASETS)
 
 
 def test_registry_lists_the_builtins():

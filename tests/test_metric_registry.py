@@ -20,9 +20,8 @@ import pytest
 from data.errors import UserError
 from eval.answer_metrics import answer_metrics, exact_match, f1, meteor, rouge_l
 from eval.registry import ANSWER_METRICS, RETRIEVAL_METRICS, AnswerMetric, answer_metric, answer_metric_names
-from tests.conftest import DATA, ROOT
+from tests.conftest import DATA
 
-PLUGIN_DIR = ROOT / "tests" / "qa_plugin"
 
 
 @pytest.fixture(scope="module")
@@ -146,13 +145,8 @@ def test_bert_f1_as_a_registered_batch_metric(minilm_path, squad_answers, tmp_pa
 
 # ------------------------------------------------------------------ plugin
 @pytest.fixture
-def plugin_on_path(monkeypatch):
-    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
-    importlib.invalidate_caches()
-    ANSWER_METRICS.reload_plugins()
-    yield
-    ANSWER_METRICS._items.pop("char_f1", None)
-    ANSWER_METRICS.reload_plugins()
+def plugin_on_path(plugin_package):
+    plugin_package(ANSWER_METRICS)
 
 
 def test_plugin_answer_metric_by_entry_point(plugin_on_path, squad_answers):

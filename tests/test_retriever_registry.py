@@ -28,7 +28,6 @@ from retrievers.score_fusion import ScoreFusionRetriever
 from tests.fusion_toys import ScrambleRetriever
 
 ROOT = Path(__file__).resolve().parent.parent
-PLUGIN_DIR = ROOT / "tests" / "qa_plugin"
 N_ROWS = 300
 METHODS = ("rrf", "fuse-minmax", "fuse-zscore", "fuse-sum", "route", "route-stat", "mrrank")
 
@@ -209,14 +208,10 @@ def test_jvm_facts_are_none_before_a_jvm_starts(monkeypatch):
 
 # ------------------------------------------------------------------ plugins
 @pytest.fixture
-def plugin(monkeypatch):
-    """tests/qa_plugin on sys.path (its dist-info declares the entry points), the registry's tables restored afterwards."""
-    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
-    importlib.invalidate_caches()
-    monkeypatch.setattr(RETRIEVERS, "_items", dict(RETRIEVERS._items))
-    RETRIEVERS.reload_plugins()
-    yield importlib.import_module("qa_plugin_example.retriever")
-    RETRIEVERS.reload_plugins()
+def plugin(plugin_package):
+    """tests/qa_plugin on sys.path (its dist-info declares the entry points); the registry forgets it afterwards."""
+    plugin_package(RETRIEVERS)
+    return importlib.import_module("qa_plugin_example.retriever")
 
 
 def test_plugin_retriever_by_entry_point(plugin):

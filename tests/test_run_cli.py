@@ -80,7 +80,7 @@ def test_refined_compressed_dense_index_scores_like_exact_search(tmp_path):
 
 def test_trec_run_reads_back_to_the_same_metrics(bm25_run, reqa_dev):
     from eval.retrieval_metrics import reqa_metrics
-    from pipeline.run import limit_queries
+    from data.types import limit_queries
     from retrievers.trec import read_trec_run
 
     from eval.qrels import question_groups

@@ -31,7 +31,6 @@ from selection import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-PLUGIN_DIR = ROOT / "tests" / "qa_plugin"
 NEG_INF = float("-inf")
 
 
@@ -174,14 +173,10 @@ def test_dict_errors_and_base_from_dict():
 
 # ---------------------------------------------------------------- the plugin selector
 @pytest.fixture
-def plugin(monkeypatch):
-    """tests/qa_plugin on sys.path (its dist-info declares the entry point), the registry restored afterwards."""
-    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
-    importlib.invalidate_caches()
-    monkeypatch.setattr(SELECTORS, "_items", dict(SELECTORS._items))
-    SELECTORS.reload_plugins()
-    yield importlib.import_module("qa_plugin_example.selector")
-    SELECTORS.reload_plugins()
+def plugin(plugin_package):
+    """tests/qa_plugin on sys.path (its dist-info declares the entry point); the registry forgets it afterwards."""
+    plugin_package(SELECTORS)
+    return importlib.import_module("qa_plugin_example.selector")
 
 
 def test_plugin_selector_found_by_entry_point_and_parsed_generically(plugin):

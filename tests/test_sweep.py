@@ -80,7 +80,7 @@ def small_level():
     from data.open_domain import corpus_levels, gold_rows, restrict_corpus
     from data.registry import load_dataset
     from pipeline import stages
-    from pipeline.sweep import every_kth_question
+    from pipeline.tradeoff_sweep import every_kth_question
 
     ds = every_kth_question(load_dataset("squad_open", "dev"), 500)
     ds.queries = ds.queries.subset(range(8))
@@ -93,7 +93,7 @@ def small_level():
 def test_every_n_equals_reading_the_top_n_separately(small_level, tmp_path):
     from eval.answer_metrics import exact_match, f1
     from pipeline import stages
-    from pipeline.sweep import evaluate_level, selector_systems
+    from pipeline.tradeoff_sweep import evaluate_level, selector_systems
     from readers.extractive import ExtractiveReader, ReadCache
 
     level, ranking = small_level
