@@ -313,7 +313,10 @@ def config_from_argv(model_cls, argv: list[str] | None, prog: str, description: 
         set_path(over, path, value)
         origin[path] = flag
     config = build_config(model_cls, merge(tree, over), origin)
-    return config, flag_view(config)
+    flags = flag_view(config)
+    if getattr(ns, "config", None):
+        flags["config"] = ns.config  # the file the settings came from (manifests recorded it before)
+    return config, flags
 
 
 def extra_repeat(model_cls, path) -> bool:

@@ -90,7 +90,10 @@ def run_reader(config: RunConfig, dataset, ranking, selector, train, retriever_f
     answers, chosen = stages.answers_for_n(reads, selected, n, mu=rc.mu)
     with timer("answer_metrics"):
         scored = score_answers(answers, qs, bearing, n, config)
-    summary = {**scored["summary"], "selector": selector.spec, "read_unit": rc.read_unit, "reader": rc.model}
+    tail = ("errors", "bert_f1_info")  # metrics.json keeps its key order: the run's facts before these
+    summary = {k: v for k, v in scored["summary"].items() if k not in tail}
+    summary.update({"selector": selector.spec, "read_unit": rc.read_unit, "reader": rc.model})
+    summary.update({k: scored["summary"][k] for k in tail if k in scored["summary"]})
     info = {"reads_done": reads.n_read, "reads_reused": reads.n_reused, "read_cache": str(cache.directory),
             **batch_facts(reader), **scored["info"]}
     write_json(stage / "predictions.json", {qs.question_ids[q]: answers[q] for q in range(len(rows))})

@@ -43,7 +43,7 @@ pipeline.sweep        open: (questions      xR corpus  exit 2: ``error: --corpus
 ====================  ====================  =========  ===========================================================
 
 The sweep's selector axis is internal (threshold grid, ordinal, oracle,
-top:n): each sweep cell checks that every family is in summary.json's regret
+top:n; ``--selector SPEC`` adds others, tests/test_plugins.py): each sweep cell checks that every family is in summary.json's regret
 block and that ordinal was fitted at every level.
 """
 
