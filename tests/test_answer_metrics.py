@@ -130,6 +130,7 @@ def test_rouge_l_thai_is_not_erased():
 
 
 # ----------------------------------------------------------------- METEOR ----
+@pytest.mark.slow
 def test_meteor_credits_wordnet_synonyms_hand_computed():
     # all 3 words align (he, is exact; sick ~ ill WordNet synonyms), 1 chunk:
     # Fmean = 1, penalty = 0.5 * (1/3)^3
@@ -247,6 +248,7 @@ def minilm_path() -> str:
     return str(gt.get_model_path())
 
 
+@pytest.mark.slow
 def test_bert_f1_with_local_model(minilm_path):
     from eval.bertscore import bert_f1
 

@@ -38,6 +38,7 @@ def test_api_doc_examples_run_in_order(capsys):
     assert 0.0 <= result.metrics["reading"]["em"] <= 1.0
 
 
+@pytest.mark.slow
 def test_api_retrieval_equals_the_command(tmp_path):
     """api.retrieve + api.retrieval_metrics give exactly pipeline.run's retrieval metrics on the same slice."""
     import json

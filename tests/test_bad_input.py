@@ -149,6 +149,7 @@ def control_run(dev_slice, env, tmp_path_factory):
     return out, proc
 
 
+@pytest.mark.slow
 def test_control_run_succeeds_and_clips_the_depth_with_a_note(control_run):
     out, proc = control_run
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -258,6 +259,7 @@ def test_cuda_device_without_gpu(tmp_path, env, good_file):
 
 
 # -------------------------------------------------------------- full disks
+@pytest.mark.slow
 def test_full_disk_on_a_tiny_tmpfs(control_run, dev_slice, tmp_path, env):
     mount = tmp_path / "tiny"
     mount.mkdir()
@@ -273,6 +275,7 @@ def test_full_disk_on_a_tiny_tmpfs(control_run, dev_slice, tmp_path, env):
         subprocess.run(["umount", str(mount)], check=True)
 
 
+@pytest.mark.slow
 def test_file_size_limit_fails_the_write_cleanly(control_run, dev_slice, tmp_path, env):
     """A write that the OS refuses part-way (RLIMIT_FSIZE: EFBIG, like a disk that fills up)."""
 
@@ -287,6 +290,7 @@ def test_file_size_limit_fails_the_write_cleanly(control_run, dev_slice, tmp_pat
 
 
 # ------------------------------------------------------- skipped records
+@pytest.mark.slow
 def test_skip_bad_records_counts_them_in_the_manifest(tmp_path, env):
     def two_bad(doc):
         para(doc)["qas"].append({"id": "bad1", "question": "Who lost?", "answers": [{"text": "Panthers", "answer_start": 9999}]})

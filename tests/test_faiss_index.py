@@ -72,6 +72,7 @@ def assert_same_ranking(got, want, scores_got, scores_want, atol=1e-5):
 
 
 # ------------------------------------------------------------ shards, exact
+@pytest.mark.slow
 def test_mmapped_shards_give_the_same_flat_results_as_one_in_memory_index(slice_, flat):
     import faiss
 
@@ -159,6 +160,7 @@ def test_exact_search_over_mmapped_shards_holds_one_block_not_the_corpus(slice_,
 
 
 # ----------------------------------------------------------- factory indexes
+@pytest.mark.slow
 def test_factory_index_round_trips_through_the_cache(slice_, flat, cache):
     from retrievers.faiss_index import IndexSearcher, cached_index
 
@@ -184,6 +186,7 @@ def test_factory_index_round_trips_through_the_cache(slice_, flat, cache):
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
+@pytest.mark.slow
 def test_damaged_cached_index_warns_and_is_rebuilt(slice_, flat, capsys, damage):
     corpus, queries, _ = slice_
     spec = "IVF8,SQ8"
@@ -208,6 +211,7 @@ def test_damaged_cached_index_warns_and_is_rebuilt(slice_, flat, capsys, damage)
     assert third.index_info_["cache"] == "loaded"
 
 
+@pytest.mark.slow
 def test_refine_reranks_candidates_by_exact_scores_read_from_the_shards(slice_, flat):
     corpus, queries, _ = slice_
     exact_r, exact = flat
@@ -263,6 +267,7 @@ def test_nprobe_all_lists_equals_flat_and_one_list_does_not(slice_, flat):
     assert recall_one < recall_default < 1.0
 
 
+@pytest.mark.slow
 def test_ef_search_is_set_and_widens_hnsw_search(slice_, flat):
     import faiss
 
@@ -310,6 +315,7 @@ def _write_layout(path, vectors, docids, factory="Flat"):
     (path / "docid").write_text("".join(f"{d}\n" for d in docids), encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_prebuilt_pyserini_layout_is_searched_like_pyserini_does(slice_, flat, tmp_path):
     corpus, queries, _ = slice_
     r, exact = flat
@@ -413,6 +419,7 @@ def test_fused_retrievers_fuse_block_by_block_exactly_as_all_at_once(spec, monke
         assert blocked.ids.shape == (len(dev.queries), k)
 
 
+@pytest.mark.slow
 def test_block_fusion_holds_one_blocks_pool_not_the_whole_batch(monkeypatch):
     from retrievers import pooling
     from retrievers.rrf import RRFRetriever

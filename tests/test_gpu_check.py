@@ -4,9 +4,12 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_gpu_check_cpu_form_prints_its_table():
     env = {**os.environ, "QA_DATA_DIR": os.environ["QA_DATA_DIR"]}
     proc = subprocess.run(["bash", "bench/gpu_check.sh", "--device", "cpu"], cwd=ROOT, capture_output=True, text=True,

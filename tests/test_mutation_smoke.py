@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("mutmut")
 
 
+@pytest.mark.slow
 def test_mutation_command_scores_a_module():
     from tests.mutation import run_module, table
 

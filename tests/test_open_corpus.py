@@ -391,6 +391,7 @@ def test_building_a_store_and_its_index_input_does_not_import_pandas(files, tmp_
     assert proc.stdout.split() == [str(len(files["passages"])), "True", "False"]
 
 
+@pytest.mark.slow
 def test_dense_over_the_store_reads_rows_lazily_and_ranks_as_in_memory(files, tmp_path, monkeypatch):
     """Dense retrieval encodes a store-backed corpus shard by shard from disk (no list of N texts) and
     ranks exactly as over the same texts held in memory; its embeddings key is the store's content key."""

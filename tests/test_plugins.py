@@ -58,6 +58,7 @@ def test_all_four_plugins_from_the_command_line(cli_run):
     assert "reading.char_f1" in metrics["ci95"]
 
 
+@pytest.mark.slow
 def test_all_four_plugins_from_a_config_file(env, cli_run, tmp_path):
     config = tmp_path / "plugins.yaml"
     config.write_text(textwrap.dedent(f"""\
@@ -80,6 +81,7 @@ def test_all_four_plugins_from_a_config_file(env, cli_run, tmp_path):
     assert manifest["config"]["retriever"]["options"] == {"overlap": {"idf": "false"}}
 
 
+@pytest.mark.slow
 def test_all_four_plugins_in_the_sweep(env, tmp_path):
     out = tmp_path / "sweep"
     run(env, "--dataset", "tiny_squad:2", "--limit", "12", "--retriever", "overlap", "--n", "1-3", "--corpus-sizes", "x1,all",
@@ -94,6 +96,7 @@ def test_all_four_plugins_in_the_sweep(env, tmp_path):
     assert "relative:0.8,3" in summary["regret"]["systems"]
 
 
+@pytest.mark.slow
 def test_all_four_plugins_from_the_python_api(env, tmp_path):
     script = textwrap.dedent(f"""\
         import json

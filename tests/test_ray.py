@@ -84,6 +84,7 @@ print(before, after)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads glibc's sigaction")
+@pytest.mark.slow
 def test_starting_ray_leaves_the_jvms_sigsegv_handler_in_place(tmp_path):
     """A Ray driver that already runs a JVM keeps the JVM's SIGSEGV handler.
 
@@ -113,6 +114,7 @@ def test_retrievers_are_swapped_for_ray_versions_inside_fusion():
     assert isinstance(dense, RayDenseRetriever) and dense.name == "dense"
 
 
+@pytest.mark.slow
 def test_ray_engine_equals_local_engine(squad_slice, local_ray, tmp_path):
     import torch
 

@@ -154,6 +154,7 @@ def test_cache_reuses_every_read_with_identical_outputs(squad_dev, reader, tmp_p
     assert len(ReadCache(tmp_path)) == 11
 
 
+@pytest.mark.slow
 def test_bfloat16_on_cpu_mostly_agrees_with_float32_and_is_cached_apart(squad_dev, reader, tmp_path):
     """``dtype="bfloat16"`` (autocast on the CPU) reads nearly the same spans; its reads never mix with fp32's."""
     rows, _ = squad_dev

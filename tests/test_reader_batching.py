@@ -20,6 +20,7 @@ def pairs():
     return questions, passages
 
 
+@pytest.mark.slow
 def test_default_batches_read_exactly_what_batch_one_reads(pairs):
     questions, passages = pairs
     one = ExtractiveReader(str(READER), batch_size=1, max_batch_tokens=10**9, device="cpu", dtype="float32", progress=False)
@@ -61,6 +62,7 @@ def test_auto_precision_on_the_cpu_follows_native_bf16(capsys):
     assert forced.dtype_ == "bfloat16"
 
 
+@pytest.mark.slow
 def test_cpu_autocast_pads_spans_to_a_multiple_of_16_and_reads_what_exact_spans_read(pairs, monkeypatch):
     """bf16 autocast on the CPU rounds each batch's span up (few matmul shapes, so oneDNN's per-shape kernel cache
     stays small); the pad tokens are masked, so the reads are those of exact spans (bf16: equal answers but for

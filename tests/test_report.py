@@ -31,6 +31,7 @@ def reader_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_default_reader_run_reports_five_answer_metrics_offline(reader_run):
     metrics = json.loads((reader_run / "metrics.json").read_text())
     reading = metrics["reading"]
@@ -67,6 +68,7 @@ def rendered_questions(dom: str) -> str:
     return dom[start: dom.index("<script", start)]
 
 
+@pytest.mark.slow
 def test_report_renders_in_headless_chromium(reader_run, tmp_path):
     out = tmp_path / "report.html"
     proc = run_cli(reader_run, "--out", out, module="pipeline.report")

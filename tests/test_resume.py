@@ -101,6 +101,7 @@ def assert_same_outputs(a: Path, b: Path) -> None:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
 
+@pytest.mark.slow
 def test_killed_runs_resume_to_byte_identical_outputs(squad_slice, tmp_path):
     # reference: two uninterrupted runs sharing one cache and one read cache, at the same time
     shared_cache, shared_reads = tmp_path / "cache-a", tmp_path / "reads-a"

@@ -174,6 +174,7 @@ def _manifest_facts_as_before(retriever) -> dict:
     return extra
 
 
+@pytest.mark.slow
 def test_run_facts_of_a_fused_bm25_and_dense_run(slice_):
     from retrievers import java
 

@@ -55,6 +55,7 @@ def test_bm25_regression_slice(bm25_run):
     assert r["R@1"] == pytest.approx(EXPECTED_BM25_300["R@1"], abs=0.004)
 
 
+@pytest.mark.slow
 def test_dense_regression_slice(tmp_path):
     """2CR-style regression for the default dense encoder (all-MiniLM-L6-v2, exact FAISS)."""
     out = tmp_path / "dense"
@@ -65,6 +66,7 @@ def test_dense_regression_slice(tmp_path):
     assert r["R@1"] == pytest.approx(EXPECTED_DENSE_300["R@1"], abs=0.004)
 
 
+@pytest.mark.slow
 def test_refined_compressed_dense_index_scores_like_exact_search(tmp_path):
     """--dense-refine re-ranks a 4-bit PQ index by exact vectors: the regression slice's numbers come back."""
     out = tmp_path / "refined"

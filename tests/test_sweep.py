@@ -129,6 +129,7 @@ def run_sweep(*args):
     return subprocess.run([sys.executable, "-m", "pipeline.sweep", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_cli_end_to_end_and_resume(tmp_path):
     config = tmp_path / "sweep.yaml"
     config.write_text(
@@ -229,6 +230,7 @@ def test_cli_end_to_end_and_resume(tmp_path):
         assert again["em_by_size"][name][:2] == summary["em_by_size"][name]
 
 
+@pytest.mark.slow
 def test_cli_several_seeds_give_means_and_stds(tmp_path):
     out = tmp_path / "out"
     proc = run_sweep("--dataset", "squad_open", "--reader", READER, "--n", "1-3", "--corpus-sizes", "x1,x3", "--seeds", "2",
@@ -287,6 +289,7 @@ EXPECTED_FULL_SWEEP_ALL_EVERY100 = {
 HEADLINE_DTYPE = "bfloat16" if hardware.cpu_has_native_bf16() else "float32"
 
 
+@pytest.mark.slow
 def test_headline_full_sweep_on_a_slice(tmp_path):
     out = tmp_path / "out"
     proc = run_sweep("--dataset", "squad_open", "--reader", READER, "--retriever", "bm25", "--n", "1-5", "--corpus-sizes", "all",

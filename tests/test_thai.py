@@ -89,6 +89,7 @@ def test_word_tokens_drop_white_space_and_keep_every_character():
 
 
 # ------------------------------------------------------------------ dataset
+@pytest.mark.slow
 def test_validation_split_answer_sentences_contain_the_answers(dev):
     q, c = dev.queries, dev.corpus
     print(f"\niapp validation: {len(q)} query inputs, {len(c)} candidates, {len(c.paragraph_texts)} paragraphs,"
@@ -231,6 +232,7 @@ def test_language_flag_overrides_detection_and_is_refused_where_fixed(tmp_path, 
 EXPECTED_SLICE = {"bm25": 0.6804, "dense:use-multilingual": 0.5031, "rrf": 0.5912, "fuse-zscore": 0.658, "mrrank": 0.6887}
 
 
+@pytest.mark.slow
 def test_iapp_retrieval_and_mrrank_regression_slice():
     """2CR-style regression on a seeded 500-sentence sample of iapp *test*: BM25 (newmm), USE multilingual,
     RRF, z-score fusion and MrRank(BM25 + USE) fitted on a 500-sentence sample of iapp *train*.

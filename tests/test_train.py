@@ -76,6 +76,7 @@ def full_run(tiny_base, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_loss_starts_at_chance_and_goes_down(full_run):
     losses = _losses(full_run)
     assert sorted(losses) == list(range(1, 17))
@@ -159,6 +160,7 @@ def test_time_limit_ends_with_usable_checkpoint(tiny_base, tmp_path):
     assert AutoModelForQuestionAnswering.from_pretrained(out) is not None
 
 
+@pytest.mark.slow
 def test_two_process_data_parallel_matches_one_process(tmp_path):
     """torchrun with 2 CPU ranks (gloo) and 2 micro-batches per step: each rank takes half of
     every micro-batch; without dropout the loss and gradients equal those of one process
