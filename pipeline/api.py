@@ -95,12 +95,8 @@ def select(selector, ranking: Ranking, dataset: Dataset, unit: str = "sentence")
     from pipeline import stages
     from pipeline.reading import selector_depth
 
-    rows = stages.unique_question_rows(dataset.queries)
-    queries = dataset.queries.subset(rows)
-    depth = min(selector_depth(selector), ranking.depth)
-    passages = stages.passages_for(ranking.subset(rows), dataset.corpus, depth, unit)
-    bearing = stages.answer_bearing(passages, queries.answers, queries.language, match=queries.answer_match, corpus=dataset.corpus)
-    return stages.select_n(selector, passages, stages.first_true(bearing, none=depth))
+    found = stages.candidates_for(dataset, ranking, min(selector_depth(selector), ranking.depth), unit)
+    return stages.select_n(selector, found.passages, found.first_relevant())
 
 
 def make_reader(model: str, *, device: str = "auto", threads: int | None = None, **settings: Any):

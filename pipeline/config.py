@@ -165,20 +165,23 @@ class RetrieverConfig(Section):
             raise ValueError("empty retriever spec")
         return v.strip()
 
-    def constructor_options(self, *, seed: int, device: str) -> dict[str, dict]:
-        """Options per registered retriever kind, as :func:`retrievers.registry.make_retriever` takes them."""
-        bm25 = self.bm25.model_dump(exclude_none=True)
-        dense = {k: v for k, v in self.dense.model_dump().items() if v is not None or k == "token_budget"}
-        dense = {"device": device, **dense, "seed": seed}  # the FAISS training sample follows the run's seed
-        if dense.get("model") is None:
-            dense.pop("model", None)
-        fusion = dict(self.fusion)
-        from retrievers.registry import FUSERS
-        from retrievers.fusion import method_learned
+    def constructor_options(self, *, seed: int | None, device: str) -> dict[str, dict]:
+        """Options per registered retriever kind, as :func:`retrievers.registry.make_retriever` takes them.
 
-        head = self.spec.split(":", 1)[0]
-        if head in FUSERS and method_learned(head):
-            fusion.setdefault("seed", str(seed))  # learned fusers follow the run's seed
+        ``seed`` (a run's ``--seed``) reaches the FAISS training sample and learned fusers; ``None`` leaves
+        their own defaults (the sweep, whose seeds are noise samples of the corpus).
+        """
+        from retrievers.fusion import method_learned
+        from retrievers.registry import FUSERS
+
+        bm25 = self.bm25.model_dump(exclude_none=True)
+        dense = {"device": device, **{k: v for k, v in self.dense.model_dump().items() if v is not None or k == "token_budget"}}
+        fusion = dict(self.fusion)
+        if seed is not None:
+            dense["seed"] = seed
+            head = self.spec.split(":", 1)[0]
+            if head in FUSERS and method_learned(head):
+                fusion.setdefault("seed", str(seed))
         return {**{k: dict(v) for k, v in self.options.items()}, "bm25": bm25, "dense": dense, "fusion": fusion}
 
 

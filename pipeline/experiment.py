@@ -55,7 +55,7 @@ def load_data(config: RunConfig, *, train: bool = False):
 def retriever_options(config, language: str = "en") -> dict:
     """Constructor options per retriever kind (``make_retriever``'s ``options``), with per-language settings
     (Thai: BM25 pre-tokenized with newmm)."""
-    options = config.retriever.constructor_options(seed=config.seed if hasattr(config, "seed") else 13, device=config.device)
+    options = config.retriever.constructor_options(seed=getattr(config, "seed", None), device=config.device)
     if language == "th":
         from data.thai import thai_word_tokens
 

@@ -72,17 +72,14 @@ def run_reader(config: RunConfig, dataset, ranking, selector, train, retriever_f
 
     engine = engine or LocalEngine()
     stage = Path(stage) if stage is not None else out
-    corpus, queries = dataset.corpus, dataset.queries
-    rows = stages.unique_question_rows(queries)
-    qs, rk = queries.subset(rows), ranking.subset(rows)
     depth = min(selector_depth(selector), ranking.depth)
     rc = config.reader
     if selector.learned:
         fit_selector(selector, train, retriever_factory, depth, rc.read_unit, config.data.train_limit, timer)
-    passages = stages.passages_for(rk, corpus, depth, rc.read_unit)
-    bearing = stages.answer_bearing(passages, qs.answers, queries.language, match=qs.answer_match, corpus=corpus)
-    n = stages.select_n(selector, passages, stages.first_true(bearing, none=depth))
-    selected = stages.take_top(passages, n)
+    found = stages.candidates_for(dataset, ranking, depth, rc.read_unit)
+    qs, bearing = found.queries, found.bearing
+    n = stages.select_n(selector, found.passages, found.first_relevant())
+    selected = stages.take_top(found.passages, n)
     reader = reader or make_reader(rc, device=config.device, threads=config.threads)
     cache = ReadCache(Path(rc.read_cache) if rc.read_cache else out / "reads")
     with timer("read"):
@@ -96,8 +93,8 @@ def run_reader(config: RunConfig, dataset, ranking, selector, train, retriever_f
     summary.update({k: scored["summary"][k] for k in tail if k in scored["summary"]})
     info = {"reads_done": reads.n_read, "reads_reused": reads.n_reused, "read_cache": str(cache.directory),
             **batch_facts(reader), **scored["info"]}
-    write_json(stage / "predictions.json", {qs.question_ids[q]: answers[q] for q in range(len(rows))})
-    write_jsonl(stage / "details.jsonl", detail_rows(qs, corpus, selected, n, reads, answers, chosen, bearing, scored))
+    write_json(stage / "predictions.json", dict(zip(qs.question_ids, answers)))
+    write_jsonl(stage / "details.jsonl", detail_rows(qs, dataset.corpus, selected, n, reads, answers, chosen, bearing, scored))
     return {"metrics": summary, "info": info, "per_query": scored["per_query"]}
 
 

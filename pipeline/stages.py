@@ -217,12 +217,34 @@ def take_top(passages: Passages, n: np.ndarray) -> Passages:
                     retriever_scores=np.where(inside, passages.retriever_scores, -np.inf), unit=passages.unit)
 
 
+@dataclass
+class Candidates:
+    """What a reader may read, per question: its first query input's ``rows`` in the dataset, those ``queries``,
+    their top passages and which of them bear an answer (``[Q, depth]``)."""
+
+    rows: list[int]
+    queries: Queries
+    passages: Passages
+    bearing: np.ndarray
+
+    def first_relevant(self) -> np.ndarray:
+        """1-based rank of the first answer-bearing passage per question (the depth when none)."""
+        return first_true(self.bearing, none=self.passages.depth)
+
+
+def candidates_for(dataset: Dataset, ranking: Ranking, depth: int, unit: str = "sentence") -> Candidates:
+    """One query input per question, its top-``depth`` passages and their answer overlap (the run, the sweep,
+    selector fitting and the Python API all start reading from here)."""
+    rows = unique_question_rows(dataset.queries)
+    queries = dataset.queries.subset(rows)
+    passages = passages_for(ranking.subset(rows), dataset.corpus, depth, unit)
+    bearing = answer_bearing(passages, queries.answers, queries.language, match=queries.answer_match, corpus=dataset.corpus)
+    return Candidates(rows, queries, passages, bearing)
+
+
 def fit_selector(selector, train: Dataset, ranking: Ranking, depth: int, unit: str = "sentence"):
     """Fit ``selector`` on a training split's ranking: its top-``depth`` scores and the 1-based rank of
     the first answer-bearing passage (``depth`` when none).  ``pipeline.run`` and ``pipeline.sweep``
     both fit through here, so a learned selector is fitted the same way by either driver."""
-    rows = unique_question_rows(train.queries)
-    queries = train.queries.subset(rows)
-    passages = passages_for(ranking.subset(rows), train.corpus, depth, unit)
-    bearing = answer_bearing(passages, queries.answers, queries.language, match=queries.answer_match, corpus=train.corpus)
-    return selector.fit(passages.retriever_scores, first_true(bearing, none=depth))
+    found = candidates_for(train, ranking, depth, unit)
+    return selector.fit(found.passages.retriever_scores, found.first_relevant())

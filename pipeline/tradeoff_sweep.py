@@ -149,22 +149,10 @@ def score_every_n(reads, passages, golds, language: str = "en", mu: float = 1.0)
     One running argmax gives the chosen passage per n; each passage's answer is
     scored once, however many n choose it.
     """
-    from eval.answer_metrics import exact_match, f1
     from pipeline import stages
 
     chosen = stages.answers_every_n(reads, passages, mu=mu)
-    q_count, width = chosen.shape
-    em = np.full((q_count, width), np.nan, dtype=np.float32)
-    f = np.full((q_count, width), np.nan, dtype=np.float32)
-    for q in range(q_count):
-        gold = [g for g in golds[q] if isinstance(g, str)]
-        if not gold or width == 0:
-            continue
-        cols, inverse = np.unique(chosen[q], return_inverse=True)
-        e = np.array([exact_match(reads.texts[q][c], gold, language) for c in cols], dtype=np.float32)
-        s = np.array([f1(reads.texts[q][c], gold, language) for c in cols], dtype=np.float32)
-        em[q], f[q] = e[inverse], s[inverse]
-    return em, f, chosen
+    return metric_every_n("em", reads, chosen, golds, language), metric_every_n("f1", reads, chosen, golds, language), chosen
 
 
 def gold_hits(passages, queries, corpus) -> np.ndarray:
@@ -227,27 +215,24 @@ def evaluate_level(
     """
     from pipeline import stages
 
-    queries, corpus = level.queries, level.corpus
-    rows = stages.unique_question_rows(queries)
-    qs, rk = queries.subset(rows), ranking.subset(rows)
-    passages = stages.passages_for(rk, corpus, n_max, unit)
-    bearing = stages.answer_bearing(passages, qs.answers, queries.language, match=qs.answer_match, corpus=corpus)
-    hits = gold_hits(passages, qs, corpus)
+    found = stages.candidates_for(level, ranking, n_max, unit)
+    qs, passages, bearing = found.queries, found.passages, found.bearing
+    hits = gold_hits(passages, qs, level.corpus)
     t0 = time.perf_counter()
     reads = stages.read_top(reader, qs.texts, passages, cache=cache)
     t_read = time.perf_counter() - t0
     t0 = time.perf_counter()
-    em, f1, chosen = score_every_n(reads, passages, qs.answers, queries.language, mu)
+    em, f1, chosen = score_every_n(reads, passages, qs.answers, qs.language, mu)
     bert, bert_info = (None, None) if bertscore is None else bert_f1_every_n(reads, chosen, qs.answers, bertscore)
-    more = {name: metric_every_n(name, reads, chosen, qs.answers, queries.language)
+    more = {name: metric_every_n(name, reads, chosen, qs.answers, qs.language)
             for name in metrics if name not in ("em", "f1", "bert_f1")}
-    first_rel = stages.first_true(bearing, none=n_max)
-    sys_n = np.zeros((len(rows), len(selectors)), dtype=np.int64)
+    first_rel = found.first_relevant()
+    sys_n = np.zeros((len(qs), len(selectors)), dtype=np.int64)
     for m, sel in enumerate(selectors):
         sys_n[:, m] = stages.select_n(sel, passages, first_rel)
     t_score = time.perf_counter() - t0
     info = {
-        "questions": len(rows),
+        "questions": len(qs),
         "reads_done": int(reads.n_read),
         "reads_reused": int(reads.n_reused),
         "pairs": int(sum(len(t) for t in passages.texts)),
