@@ -287,7 +287,7 @@ def config_parser(model_cls, prog: str, description: str) -> argparse.ArgumentPa
 def config_from_argv(model_cls, argv: list[str] | None, prog: str, description: str):
     """``(config, flags)``: the typed config built from ``--config FILE`` and the flags given (flags win),
     and the flat flag-name view of every setting (recorded in manifests)."""
-    from pipeline.config import build_config, flag_table, merge, parse_key_values, read_config_file, set_path, tree_from_file
+    from pipeline.config import build_config, flag_table, flag_value, merge, read_config_file, set_path, tree_from_file
 
     parser = config_parser(model_cls, prog, description)
     try:
@@ -296,52 +296,42 @@ def config_from_argv(model_cls, argv: list[str] | None, prog: str, description: 
         if e.code not in (0, None):
             raise SystemExit(2)
         raise
-    given = {k: v for k, v in vars(ns).items() if k != "config"}
     tree: dict = {}
     origin: dict = {}
-    if getattr(ns, "config", None):
+    if ns.config:
         tree, origin = tree_from_file(model_cls, read_config_file(ns.config), str(ns.config))
-    flags = flag_table(model_cls)
+    paths = flag_table(model_cls)
     over: dict = {}
-    for dest, value in given.items():
-        path = flags[dest]
-        flag = "--" + dest.replace("_", "-")
-        if dest == "fusion_opt":
-            value = parse_key_values(value, "--fusion-opt")
-        elif dest.startswith("no_"):
-            value = not value
-        set_path(over, path, value)
-        origin[path] = flag
+    for dest, value in vars(ns).items():
+        if dest == "config":
+            continue
+        set_path(over, paths[dest], flag_value(dest, value))
+        origin[paths[dest]] = "--" + dest.replace("_", "-")
     config = build_config(model_cls, merge(tree, over), origin)
     flags = flag_view(config)
-    if getattr(ns, "config", None):
+    if ns.config:
         flags["config"] = ns.config  # the file the settings came from (manifests recorded it before)
     return config, flags
 
 
-def extra_repeat(model_cls, path) -> bool:
-    from pipeline.config import walk_fields
-
-    for p, info in walk_fields(model_cls):
-        if p == path:
-            return bool((info.json_schema_extra or {}).get("repeat"))
-    return False
-
-
 def flag_view(config) -> dict:
     """Every setting under its flag name (``bm25_k1``), as the manifests recorded before configs were typed."""
-    from pipeline.config import flag_table
+    from pipeline.config import walk_fields
 
     out = {}
-    for dest, path in sorted(flag_table(type(config)).items()):
+    for path, info in walk_fields(type(config)):
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        if not extra.get("flag"):
+            continue
+        dest = extra["flag"].lstrip("-").replace("-", "_")
         value = config
         for key in path:
             value = getattr(value, key)
         if dest.startswith("no_"):
             value = not value
-        elif dest == "fusion_opt":
+        elif isinstance(value, dict):  # --fusion-opt KEY=VALUE ...
             value = [f"{k}={v}" for k, v in value.items()]
-        elif isinstance(value, list) and not extra_repeat(type(config), path):
+        elif isinstance(value, list) and not extra.get("repeat"):
             value = ",".join(value)
         out[dest] = value
-    return out
+    return dict(sorted(out.items()))

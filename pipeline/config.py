@@ -478,7 +478,7 @@ def tree_from_file(model_cls: type[BaseModel], cfg: dict[str, Any], source: str)
             continue
         if k in flags:
             path = flags[k]
-            set_path(tree, path, _flag_value(k, value))
+            set_path(tree, path, flag_value(k, value))
             origin[path] = source
             continue
         if k in model_cls.model_fields:
@@ -489,8 +489,9 @@ def tree_from_file(model_cls: type[BaseModel], cfg: dict[str, Any], source: str)
     return tree, origin
 
 
-def _flag_value(dest: str, value):
-    """A flag-named config value: the ``--no-X`` switches store the negation of their setting."""
+def flag_value(dest: str, value):
+    """A value given under a flag name (command line or file) as its setting's value: the ``--no-X`` switches
+    store the negation of their setting, ``--fusion-opt KEY=VALUE`` items a mapping."""
     if dest.startswith("no_") and isinstance(value, bool):
         return not value
     if dest == "fusion_opt" and isinstance(value, list):
