@@ -132,13 +132,13 @@ def parameters(factory: Callable[..., Any], *, skip: tuple[str, ...] = ()) -> di
             and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)}
 
 
-def _annotation(factory: Callable[..., Any], name: str, param: inspect.Parameter):
+def _type_hints(factory: Callable[..., Any]) -> dict[str, Any]:
+    """The resolved annotations of a constructor or function (empty when they cannot be resolved)."""
     target = factory.__init__ if inspect.isclass(factory) else factory
     try:
-        hints = typing.get_type_hints(target)
+        return typing.get_type_hints(target)
     except Exception:
-        hints = {}
-    return hints.get(name, param.annotation)
+        return {}
 
 
 def coerce(value: Any, annotation: Any, default: Any, field: str) -> Any:
@@ -205,6 +205,7 @@ def typed_options(factory: Callable[..., Any], options: Mapping[str, Any] | None
     Keys may use ``-`` or ``_``; an unknown key is a one-line error naming the allowed ones.
     """
     params = parameters(factory, skip=skip)
+    hints = _type_hints(factory) if options else {}
     out: dict[str, Any] = {}
     for key, value in (options or {}).items():
         name = str(key).replace("-", "_")
@@ -212,7 +213,7 @@ def typed_options(factory: Callable[..., Any], options: Mapping[str, Any] | None
             raise UserError(f"{what}: unknown option {key!r} (allowed: {', '.join(params) or 'none'})")
         p = params[name]
         default = None if p.default is inspect.Parameter.empty else p.default
-        out[name] = coerce(value, _annotation(factory, name, p), default, f"{what} option {name}")
+        out[name] = coerce(value, hints.get(name, p.annotation), default, f"{what} option {name}")
     return out
 
 

@@ -121,28 +121,10 @@ class AnswerMetric:
             raise UserError(f"unknown {label} {unknown[0]!r} (known: {', '.join(sorted(self.options))})")
         from data.plugins import typed_options
 
-        out: dict[str, Any] = {}
-        for key, value in named.items():
-            try:
-                out.update(typed_options(self.score, {key: value}, self.name))
-            except (TypeError, ValueError):  # a callable object without a readable signature: as given
-                out[key] = value
-            except UserError:
-                # data.plugins.coerce refuses a non-boolean string for ``bool | str`` (bert_f1's cache=DIR)
-                if not (isinstance(value, str) and _accepts_str(self.score, key)):
-                    raise
-                out[key] = value
-        return out
-
-
-def _accepts_str(function: Callable[..., Any], name: str) -> bool:
-    import typing
-
-    try:
-        hint = typing.get_type_hints(function).get(name)
-    except Exception:
-        return False
-    return hint is str or str in typing.get_args(hint)
+        try:
+            return typed_options(self.score, named, self.name)
+        except (TypeError, ValueError):  # a callable object without a readable signature: as given
+            return named
 
 
 class AnswerMetricRegistry(Registry[AnswerMetric]):
