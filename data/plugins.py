@@ -81,11 +81,7 @@ class Registry(Generic[T]):
         if name in self._items:
             item = self._items[name]
             if isinstance(item, str) and ":" in item:  # "module:attribute", imported on first use
-                module, _, attr = item.partition(":")
-                import importlib
-
-                item = getattr(importlib.import_module(module), attr)
-                self._items[name] = item
+                item = self._items[name] = load_object(item)
             return item
         if name in self._loaded:
             return self._loaded[name]
@@ -117,6 +113,14 @@ class Registry(Generic[T]):
 
     def values(self) -> list[T]:
         return [self.get(name) for name in self.names()]
+
+
+def load_object(path: str) -> Any:
+    """The object a ``"module:attribute"`` path names (imported now)."""
+    import importlib
+
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 # --------------------------------------------------------------- typed options

@@ -158,7 +158,7 @@ def _prepare(config: RunConfig, engine, timer):
         from pipeline.reading import make_reader
 
         with timer("load_reader"):
-            reader = prepare_reader(make_reader(config.reader, device=config.device, threads=config.threads), engine)
+            reader = engine.prepare_reader(make_reader(config.reader, device=config.device, threads=config.threads))
     return out, selector, reader
 
 
@@ -215,11 +215,6 @@ def _write(config, out, dataset, train, ranking, retriever, selector, metrics, p
             sources.update({f"train:{k}": v for k, v in train.sources.items()})
         return write_manifest(stage, command="pipeline.run", config=config.to_dict(), seed=config.seed, sources=sources,
                               timings=timer.timings, extra={"flags": flags or {}, "fingerprint": config.fingerprint(), **extra})
-
-
-def prepare_reader(reader, engine):
-    """Load the reader here (local engine), or only check it (Ray: the actors load it)."""
-    return engine.prepare_reader(reader)
 
 
 def run_facts(retriever, engine) -> dict:

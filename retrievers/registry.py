@@ -32,12 +32,11 @@ receives bracket keys the constructor does not name (dense: its
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any, Mapping, Sequence
 
 from data.errors import UserError
-from data.plugins import Registry, build, coerce, parameters
+from data.plugins import Registry, build, coerce, load_object, parameters
 from retrievers.base import Retriever
 
 RETRIEVERS: Registry = Registry("retrievers", what="retriever")
@@ -61,8 +60,7 @@ class FusionMethod:
     @property
     def cls(self):
         if isinstance(self._factory, str):
-            module, _, attr = self._factory.partition(":")
-            self._factory = getattr(importlib.import_module(module), attr)
+            self._factory = load_object(self._factory)
         return self._factory
 
     def __repr__(self) -> str:
