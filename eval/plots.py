@@ -82,3 +82,56 @@ def plot_curves(
         written.append(str(path))
     plt.close(fig)
     return written
+
+
+def plot_cost(rows: Sequence[dict], stem: str | Path, *, title: str = "") -> list[str]:
+    """EM (%) against mean passages read, one panel per corpus size: fixed n as a curve, every other system as a
+    labelled point, the Pareto front (oracle left out) as a dashed step line.  ``rows``: cost.csv rows with
+    ``em`` in percent."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted({int(r["corpus_size"]) for r in rows})
+    cols = min(len(sizes), 3)
+    grid = -(-len(sizes) // cols)
+    fig, axes = plt.subplots(grid, cols, figsize=(4.2 * cols, 3.4 * grid + 0.6), dpi=110, layout="constrained", squeeze=False)
+    others = sorted({r["system"] for r in rows if r["family"] not in ("top",)})
+    colors = dict(zip(others, plt.get_cmap("tab10")(np.arange(len(others)) % 10)))
+    for ax, size in zip(axes.flat, sizes):
+        rs = [r for r in rows if int(r["corpus_size"]) == size]
+        fixed = sorted((r for r in rs if r["family"] == "top"), key=lambda r: float(r["mean_passages"]))
+        ax.plot([float(r["mean_passages"]) for r in fixed], [float(r["em"]) for r in fixed], "-", color="0.45", marker="o",
+                markersize=2.5, linewidth=1.2, label="top:n (fixed)")
+        front = sorted((r for r in rs if r["pareto_front"] in (True, "True")), key=lambda r: float(r["mean_passages"]))
+        if front:
+            ax.step([float(r["mean_passages"]) for r in front], [float(r["em"]) for r in front], "--", where="post",
+                    color="black", linewidth=0.9, alpha=0.6, label="Pareto front")
+        for r in rs:
+            if r["family"] == "top":
+                continue
+            ax.plot(float(r["mean_passages"]), float(r["em"]), "D" if r["family"] != "oracle" else "*", color=colors[r["system"]],
+                    markersize=5, label=r["system"], linestyle="none")
+        ax.set_title(f"corpus size {size:,}", fontsize=9)
+        ax.set_xlabel("mean passages read per question")
+        ax.set_ylabel("exact match (%)")
+        ax.grid(True, alpha=0.3)
+    for ax in list(axes.flat)[len(sizes):]:
+        ax.axis("off")
+    handles, labels = {}, []
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=min(4, len(handles)), fontsize=7, frameon=False)
+    written = []
+    stem = Path(stem)
+    for ext in ("png", "svg"):
+        path = stem.with_suffix(f".{ext}")
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=ext)
+        written.append(str(path))
+    plt.close(fig)
+    return written

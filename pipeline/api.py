@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from data.errors import UserError
 from data.types import Dataset, Ranking
 from pipeline.config import RunConfig, SweepConfig, load_config
 from pipeline.experiment import RunResult
@@ -75,28 +76,45 @@ def retrieval_metrics(ranking: Ranking, dataset: Dataset) -> dict:
 
 
 def make_selector(spec: str = "top:5"):
-    """A selector by spec: ``top:5``, ``threshold:0.8,25``, ``ordinal:25``, ``oracle``, a plugin's."""
+    """A selector by spec: ``top:5``, ``threshold:0.8,25``, ``ordinal:25``, ``gap:25,5``, ``rlt:25``,
+    ``confidence:20``, ``oracle``, a plugin's."""
     from selection import parse_selector
 
     return parse_selector(spec)
 
 
-def fit_selector(selector, train: Dataset, ranking: Ranking, depth: int | None = None, unit: str = "sentence"):
-    """Fit a (learned) selector on a training split's ranking, as the run does; returns the selector."""
+def fit_selector(selector, train: Dataset, ranking: Ranking, depth: int | None = None, unit: str = "sentence", *,
+                 reader=None, mu: float = 1.0, cache_dir: str | Path | None = None):
+    """Fit a (learned) selector on a training split's ranking, as the run does; returns the selector.
+    A selector with the reader in the loop (``confidence``) is fitted on ``reader``'s reads of that ranking."""
     from pipeline import stages
     from pipeline.reading import selector_depth
 
     depth = min(depth or selector_depth(selector), ranking.depth)
-    return stages.fit_selector(selector, train, ranking, depth, unit)
+    return stages.fit_selector(selector, train, ranking, depth, unit, reader=reader, cache=_cache(cache_dir), mu=mu)
 
 
-def select(selector, ranking: Ranking, dataset: Dataset, unit: str = "sentence") -> np.ndarray:
-    """How many passages the selector reads per unique question (int ``[questions]``)."""
+def select(selector, ranking: Ranking, dataset: Dataset, unit: str = "sentence", *, reader=None, mu: float = 1.0,
+           cache_dir: str | Path | None = None) -> np.ndarray:
+    """How many passages the selector reads per unique question (int ``[questions]``).  A selector with the
+    reader in the loop reads (with ``reader``) in rank order until each question stops."""
     from pipeline import stages
     from pipeline.reading import selector_depth
 
     found = stages.candidates_for(dataset, ranking, min(selector_depth(selector), ranking.depth), unit)
+    if getattr(selector, "reads_answers", False):
+        if reader is None:
+            raise UserError(f"selector {selector.spec} reads in the loop: select(..., reader=...) needs a reader")
+        return stages.read_until(selector, reader, found.queries.texts, found.passages, cache=_cache(cache_dir), mu=mu)[1]
     return stages.select_n(selector, found.passages, found.first_relevant())
+
+
+def _cache(cache_dir):
+    if cache_dir is None:
+        return None
+    from readers.extractive import ReadCache
+
+    return ReadCache(Path(cache_dir))
 
 
 def make_reader(model: str, *, device: str = "auto", threads: int | None = None, **settings: Any):
@@ -110,25 +128,29 @@ def make_reader(model: str, *, device: str = "auto", threads: int | None = None,
     return reader
 
 
-def read(reader, dataset: Dataset, ranking: Ranking, n: int | Sequence[int] | np.ndarray = 1, *,
+def read(reader, dataset: Dataset, ranking: Ranking, n: Any = 1, *,
          unit: str = "sentence", mu: float = 1.0, cache_dir: str | Path | None = None) -> dict[str, str]:
     """Read each unique question's top ``n`` passages (one n for all, or one per question) and answer:
-    ``{question id: answer}``, the run's predictions.json.  Reads are cached in ``cache_dir`` when given."""
+    ``{question id: answer}``, the run's predictions.json.  ``n`` may also be a reader-in-the-loop selector
+    (``confidence``): each question is then read in rank order until it stops.  Reads are cached in
+    ``cache_dir`` when given."""
     from pipeline import stages
 
+    if getattr(n, "reads_answers", False):
+        from pipeline.reading import selector_depth
+
+        found = stages.candidates_for(dataset, ranking, min(selector_depth(n), ranking.depth), unit)
+        reads, counts, _ = stages.read_until(n, reader, found.queries.texts, found.passages, cache=_cache(cache_dir), mu=mu)
+        answers, _ = stages.answers_for_n(reads, stages.take_top(found.passages, counts), counts, mu=mu)
+        return dict(zip(found.queries.question_ids, answers))
     rows = stages.unique_question_rows(dataset.queries)
     queries = dataset.queries.subset(rows)
     counts = np.broadcast_to(np.asarray(n, dtype=np.int64), (len(rows),))
     depth = int(min(counts.max(initial=1), ranking.depth))
     passages = stages.passages_for(ranking.subset(rows), dataset.corpus, depth, unit)
     counts = np.clip(counts, 1, np.maximum((passages.keys >= 0).sum(axis=1), 1))
-    cache = None
-    if cache_dir is not None:
-        from readers.extractive import ReadCache
-
-        cache = ReadCache(Path(cache_dir))
     top = stages.take_top(passages, counts)
-    reads = stages.read_top(reader, queries.texts, top, cache=cache)
+    reads = stages.read_top(reader, queries.texts, top, cache=_cache(cache_dir))
     answers, _ = stages.answers_for_n(reads, top, counts, mu=mu)
     return dict(zip(queries.question_ids, answers))
 

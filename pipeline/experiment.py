@@ -107,7 +107,7 @@ def _run(config: RunConfig, engine, flags: dict | None) -> RunResult:
 
     retriever = new_retriever()
     train = None
-    if needs_fit(retriever) or (selector is not None and selector.learned):
+    if needs_fit(retriever) or (selector is not None and selector.needs_fit()):
         with timer("load_train"):
             train = load_data(config, train=True)
     if reader is not None and not dataset.queries.has_answers:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -43,27 +44,38 @@ def make_reader(reader: ReaderConfig, *, device: str = "auto", threads: int | No
     )
 
 
-def fit_selector(selector, train, retriever_factory, depth: int, read_unit: str, train_limit: int | None, timer) -> None:
-    """Fit a learned selector on the training split's rankings (never the evaluated split)."""
+def fit_selector(selector, train, retriever_factory, depth: int, read_unit: str, train_limit: int | None, timer, *,
+                 reader=None, cache=None, mu: float = 1.0, split: str | None = None) -> None:
+    """Fit a learned selector on the training split's rankings (and, with the reader in the loop, its reads);
+    never on the evaluated split (``split``)."""
     from data.types import limit_queries
 
     if train is None:
         raise UserError(f"selector {selector.spec} is learned: it needs a training split (--train-split)")
+    if split is not None and train.split == split:
+        raise UserError(f"selector {selector.spec} is learned: --train-split {train.split} is the evaluated split; "
+                        "fit it on another split")
+    if getattr(selector, "reads_answers", False):
+        train_limit = min(train_limit or selector.fit_questions, selector.fit_questions)
     with timer("selector_fit"):
         train = limit_queries(train, train_limit)
         ranking = stages.retrieve(retriever_factory(), train, depth, train=train)
-        stages.fit_selector(selector, train, ranking, depth, read_unit)
+        stages.fit_selector(selector, train, ranking, depth, read_unit, reader=reader, cache=cache, mu=mu)
 
 
 def run_reader(config: RunConfig, dataset, ranking, selector, train, retriever_factory, timer, out: Path, reader=None,
                engine=None, stage: Path | None = None) -> dict:
-    """Select, read, answer and score; writes predictions.json and details.jsonl into ``stage`` (default ``out``).
+    """Select, read, answer and score; writes predictions.json, details.jsonl and costs.jsonl into ``stage``
+    (default ``out``).
 
     ``config`` gives the reader, metrics and selector-training settings.
     Reads are cached in ``reader.read_cache`` (default ``<out>/reads``, so a rerun
     of the same command resumes from the chunks already read) and run on
-    ``engine`` (default: this process).  Returns ``{"metrics": ..., "info":
-    ..., "per_query": ...}``; ``info`` (reads done and reused) belongs in the
+    ``engine`` (default: this process).  A selector with the reader in the loop
+    (``confidence``) reads rank by rank and stops each question where it says
+    (:func:`pipeline.stages.read_until`); every other selector's n passages are
+    read in one go.  Returns ``{"metrics": ..., "info": ..., "per_query":
+    ...}``; ``info`` (reads done and reused, reader seconds) belongs in the
     manifest, never in metrics.json, so a resumed run writes the same metrics
     as an uninterrupted one.
     """
@@ -74,16 +86,25 @@ def run_reader(config: RunConfig, dataset, ranking, selector, train, retriever_f
     stage = Path(stage) if stage is not None else out
     depth = min(selector_depth(selector), ranking.depth)
     rc = config.reader
-    if selector.learned:
-        fit_selector(selector, train, retriever_factory, depth, rc.read_unit, config.data.train_limit, timer)
-    found = stages.candidates_for(dataset, ranking, depth, rc.read_unit)
-    qs, bearing = found.queries, found.bearing
-    n = stages.select_n(selector, found.passages, found.first_relevant())
-    selected = stages.take_top(found.passages, n)
     reader = reader or make_reader(rc, device=config.device, threads=config.threads)
     cache = ReadCache(Path(rc.read_cache) if rc.read_cache else out / "reads")
-    with timer("read"):
-        reads = stages.read_top(EngineReader(reader, engine), qs.texts, selected, cache=cache)
+    if selector.needs_fit():
+        fit_selector(selector, train, retriever_factory, depth, rc.read_unit, config.data.train_limit, timer,
+                     reader=EngineReader(reader, engine), cache=cache, mu=rc.mu, split=dataset.split)
+    found = stages.candidates_for(dataset, ranking, depth, rc.read_unit)
+    qs, bearing = found.queries, found.bearing
+    if getattr(selector, "reads_answers", False):
+        with timer("read"):
+            reads, n, seconds = stages.read_until(selector, EngineReader(reader, engine), qs.texts, found.passages,
+                                                  cache=cache, mu=rc.mu, progress=len(qs) >= 2000)
+        selected = stages.take_top(found.passages, n)
+    else:
+        n = stages.select_n(selector, found.passages, found.first_relevant())
+        selected = stages.take_top(found.passages, n)
+        with timer("read"):
+            t0 = time.perf_counter()
+            reads = stages.read_top(EngineReader(reader, engine), qs.texts, selected, cache=cache)
+            seconds = (time.perf_counter() - t0) * n / max(int(n.sum()), 1)  # shared by passages read
     answers, chosen = stages.answers_for_n(reads, selected, n, mu=rc.mu)
     with timer("answer_metrics"):
         scored = score_answers(answers, qs, bearing, n, config)
@@ -92,10 +113,18 @@ def run_reader(config: RunConfig, dataset, ranking, selector, train, retriever_f
     summary.update({"selector": selector.spec, "read_unit": rc.read_unit, "reader": rc.model})
     summary.update({k: scored["summary"][k] for k in tail if k in scored["summary"]})
     info = {"reads_done": reads.n_read, "reads_reused": reads.n_reused, "read_cache": str(cache.directory),
+            "passages_read": int(n.sum()), "reader_s": round(float(seconds.sum()), 3),
             **batch_facts(reader), **scored["info"]}
     write_json(stage / "predictions.json", dict(zip(qs.question_ids, answers)))
     write_jsonl(stage / "details.jsonl", detail_rows(qs, dataset.corpus, selected, n, reads, answers, chosen, bearing, scored))
+    write_jsonl(stage / "costs.jsonl", cost_rows(qs.question_ids, n, seconds))
     return {"metrics": summary, "info": info, "per_query": scored["per_query"]}
+
+
+def cost_rows(question_ids, n: np.ndarray, seconds: np.ndarray) -> list[dict]:
+    """costs.jsonl: per question the passages read and the reader seconds spent on them (wall time shared by the
+    passages of each batch; reads served by the read cache cost next to nothing, so a resumed run's seconds differ)."""
+    return [{"id": qid, "passages_read": int(k), "reader_s": round(float(s), 6)} for qid, k, s in zip(question_ids, n, seconds)]
 
 
 def score_answers(answers: list[str], queries, bearing: np.ndarray, n: np.ndarray, config: RunConfig) -> dict:

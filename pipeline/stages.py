@@ -6,6 +6,7 @@ retrieve -> passages to read -> read the top N once -> answers for any n.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -203,9 +204,27 @@ def unique_question_rows(queries: Queries) -> list[int]:
 
 
 # ----------------------------------------------------------------- selection
-def select_n(selector, passages: Passages, first_relevant_rank: np.ndarray) -> np.ndarray:
-    """Passages to read per query: the selector's n, at least 1, never past a query's real passages."""
-    n = selector.predict(passages.retriever_scores, first_relevant_rank=first_relevant_rank)
+def answer_scores(reads: TopReads, passages: Passages, mu: float = 1.0) -> np.ndarray:
+    """``[Q, N]`` the score each passage's answer is chosen by: the reader's span score, or its mix with the
+    retriever's score (``mu < 1``; :func:`readers.aggregate.passage_scores`); ``-inf`` where nothing was read."""
+    from readers.aggregate import passage_scores
+
+    return passage_scores(reads.scores, passages.retriever_scores if mu != 1.0 else None, mu)
+
+
+def select_n(selector, passages: Passages, first_relevant_rank: np.ndarray, reads: TopReads | None = None,
+             mu: float = 1.0) -> np.ndarray:
+    """Passages to read per query: the selector's n, at least 1, never past a query's real passages.
+
+    A selector with the reader in the loop (``reads_answers``) decides on ``reads`` of its top τ (the sweep
+    has them cached); :func:`read_until` is how a run reads only up to each stop.
+    """
+    if getattr(selector, "reads_answers", False):
+        if reads is None:
+            raise UserError(f"selector {selector.spec} decides from the reader's answers: it needs the reads of its top passages")
+        n = selector.predict(passages.retriever_scores, first_relevant_rank, answer_scores=answer_scores(reads, passages, mu))
+    else:
+        n = selector.predict(passages.retriever_scores, first_relevant_rank=first_relevant_rank)
     real = np.maximum((passages.keys >= 0).sum(axis=1), 1)
     return np.clip(np.minimum(n, real), 1, passages.depth).astype(np.int64)
 
@@ -215,6 +234,47 @@ def take_top(passages: Passages, n: np.ndarray) -> Passages:
     inside = np.arange(passages.depth)[None, :] < np.asarray(n)[:, None]
     return Passages(keys=np.where(inside, passages.keys, -1), texts=[row[: n[q]] for q, row in enumerate(passages.texts)],
                     retriever_scores=np.where(inside, passages.retriever_scores, -np.inf), unit=passages.unit)
+
+
+def read_until(selector, reader, questions: Sequence[str], passages: Passages, cache=None, mu: float = 1.0,
+               progress: bool = False) -> tuple[TopReads, np.ndarray, np.ndarray]:
+    """Read in rank order until each question's stop: ``(reads, n, reader seconds per question)``.
+
+    Round j reads the passage at rank j of every question still reading (one batch across questions, so
+    the reader stays efficient), then asks the selector (``stop_points``) which of them stop.  A question
+    never reads past its stop: its n equals the passages it read.  Reader seconds of a round are shared
+    equally by the questions read in it.
+    """
+    import time
+
+    q_count, depth = passages.keys.shape
+    depth = min(depth, int(selector.max_depth or depth))
+    scores = np.full(passages.keys.shape, -np.inf, dtype=np.float32)
+    texts = [[""] * passages.depth for _ in range(q_count)]
+    real = (passages.keys >= 0).sum(axis=1)
+    n_read = np.zeros(q_count, dtype=np.int64)
+    stop = np.zeros(q_count, dtype=np.int64)
+    seconds = np.zeros(q_count, dtype=np.float64)
+    done = reused = 0
+    for j in range(depth):
+        active = np.flatnonzero((stop == 0) & (real > j))
+        if active.size == 0:
+            break
+        t0 = time.perf_counter()
+        reads = reader.read_pairs([questions[q] for q in active], [passages.texts[q][j] for q in active], cache=cache)
+        seconds[active] += (time.perf_counter() - t0) / active.size
+        done, reused = done + reads.n_read, reused + reads.n_reused
+        for q, s, t in zip(active, reads.score, reads.text):
+            scores[q, j] = s
+            texts[q][j] = t
+        n_read[active] = j + 1
+        partial = TopReads(scores, texts, done, reused)
+        found = selector.stop_points(passages.retriever_scores, answer_scores(partial, passages, mu), n_read)
+        stop = np.where(stop == 0, found, stop)
+        if progress:
+            print(f"read rank {j + 1}: {active.size} questions read, {int((stop > 0).sum())}/{q_count} stopped", file=sys.stderr)
+    n = np.maximum(np.where(stop > 0, stop, n_read), 1).astype(np.int64)
+    return TopReads(scores, texts, done, reused), n, seconds
 
 
 @dataclass
@@ -231,6 +291,13 @@ class Candidates:
         """1-based rank of the first answer-bearing passage per question (the depth when none)."""
         return first_true(self.bearing, none=self.passages.depth)
 
+    def subset(self, idx) -> "Candidates":
+        """These candidates for the questions at positions ``idx`` only."""
+        idx = np.asarray(idx, dtype=np.int64)
+        p = self.passages
+        return Candidates([self.rows[i] for i in idx], self.queries.subset(idx),
+                          Passages(p.keys[idx], [p.texts[i] for i in idx], p.retriever_scores[idx], p.unit), self.bearing[idx])
+
 
 def candidates_for(dataset: Dataset, ranking: Ranking, depth: int, unit: str = "sentence") -> Candidates:
     """One query input per question, its top-``depth`` passages and their answer overlap (the run, the sweep,
@@ -242,9 +309,39 @@ def candidates_for(dataset: Dataset, ranking: Ranking, depth: int, unit: str = "
     return Candidates(rows, queries, passages, bearing)
 
 
-def fit_selector(selector, train: Dataset, ranking: Ranking, depth: int, unit: str = "sentence"):
+def em_every_n(reads: TopReads, passages: Passages, answers, language: str = "en", mu: float = 1.0) -> np.ndarray:
+    """``[Q, N]`` exact match of the answer chosen among the top n, for every n (one running argmax)."""
+    from eval.answer_metrics import exact_match
+
+    chosen = answers_every_n(reads, passages, mu)
+    out = np.zeros(chosen.shape, dtype=np.float64)
+    for q in range(chosen.shape[0]):
+        gold = [g for g in answers[q] if isinstance(g, str)]
+        cols, inverse = np.unique(chosen[q], return_inverse=True)
+        values = np.array([exact_match(reads.texts[q][c] if c >= 0 else "", gold, language) if gold else np.nan for c in cols])
+        out[q] = values[inverse]
+    return out
+
+
+def fit_selector(selector, train: Dataset, ranking: Ranking, depth: int, unit: str = "sentence", *, reader=None,
+                 cache=None, mu: float = 1.0):
     """Fit ``selector`` on a training split's ranking: its top-``depth`` scores and the 1-based rank of
     the first answer-bearing passage (``depth`` when none).  ``pipeline.run`` and ``pipeline.sweep``
-    both fit through here, so a learned selector is fitted the same way by either driver."""
+    both fit through here, so a learned selector is fitted the same way by either driver.
+
+    A selector with the reader in the loop is fitted on ``reader``'s reads of the top ``depth`` passages of
+    (at most ``selector.fit_questions``, the first) training questions: their answer scores and the EM of
+    the answer chosen at every n.
+    """
     found = candidates_for(train, ranking, depth, unit)
-    return selector.fit(found.passages.retriever_scores, found.first_relevant())
+    if not getattr(selector, "reads_answers", False):
+        return selector.fit(found.passages.retriever_scores, found.first_relevant())
+    if reader is None:
+        raise UserError(f"selector {selector.spec} is fitted on the training split's reads: it needs a reader")
+    limit = getattr(selector, "fit_questions", None)
+    if limit and len(found.rows) > limit:
+        found = found.subset(np.arange(limit))
+    reads = read_top(reader, found.queries.texts, found.passages, cache=cache)
+    correct = em_every_n(reads, found.passages, found.queries.answers, found.queries.language, mu)
+    return selector.fit(found.passages.retriever_scores, found.first_relevant(),
+                        answer_scores=answer_scores(reads, found.passages, mu), correct=correct)

@@ -228,8 +228,8 @@ def evaluate_level(
             for name in metrics if name not in ("em", "f1", "bert_f1")}
     first_rel = found.first_relevant()
     sys_n = np.zeros((len(qs), len(selectors)), dtype=np.int64)
-    for m, sel in enumerate(selectors):
-        sys_n[:, m] = stages.select_n(sel, passages, first_rel)
+    for m, sel in enumerate(selectors):  # reader-in-the-loop selectors stop on the cached reads of the top N
+        sys_n[:, m] = stages.select_n(sel, passages, first_rel, reads=reads, mu=mu)
     t_score = time.perf_counter() - t0
     info = {
         "questions": len(qs),
@@ -275,14 +275,17 @@ def bert_f1_every_n(reads, chosen: np.ndarray, golds, bertscore: dict) -> tuple[
     return out, info
 
 
-def fit_learned(train_level, retriever, selectors: list, tau: int, unit: str, depth: int, train=None) -> list:
+def fit_learned(train_level, retriever, selectors: list, tau: int, unit: str, depth: int, train=None, *, reader=None,
+                cache=None, mu: float = 1.0) -> list:
     """Fit learned selectors on one retrieval of the training questions against ``train_level``;
     each sees its own depth (its ``max_depth``, else τ) of that ranking.  A learned retriever is fitted on
-    ``train`` first, as at the evaluated levels."""
+    ``train`` first, as at the evaluated levels.  Reader-in-the-loop selectors are fitted on ``reader``'s reads
+    of those training questions (through the sweep's read cache)."""
     from pipeline import stages
 
     ranking = stages.retrieve(retriever, train_level, depth, train=train)
-    return [stages.fit_selector(sel, train_level, ranking, min(sel.max_depth or tau, ranking.depth), unit) for sel in selectors]
+    return [stages.fit_selector(sel, train_level, ranking, min(sel.max_depth or tau, ranking.depth), unit,
+                                reader=reader, cache=cache, mu=mu) for sel in selectors]
 
 
 def make_reader(config: SweepConfig):
@@ -411,7 +414,7 @@ class SweepSetup:
 
     @property
     def learns_selectors(self) -> bool:
-        return self.config.selectors.ordinal or any(sel.learned for sel in self.extra)
+        return self.config.selectors.ordinal or any(sel.needs_fit() for sel in self.extra)
 
 
 def setup_sweep(config: SweepConfig, out: Path, timer: Timer) -> SweepSetup:
@@ -439,6 +442,8 @@ def setup_sweep(config: SweepConfig, out: Path, timer: Timer) -> SweepSetup:
                        ReadCache(Path(rc.read_cache) if rc.read_cache else out / "reads"),
                        extra=[parse_selector(spec) for spec in config.selectors.extra])
     setup.fit_retriever = needs_fit(setup.make_retriever())
+    if setup.learns_selectors and data.train_split == data.split:
+        raise UserError(f"--train-split {data.train_split} is the evaluated split: learned selectors are fitted on another split")
     if setup.learns_selectors or setup.fit_retriever:
         with timer("load_train"):
             setup.train = load_dataset(data.dataset, data.train_split, **data.train_options())
@@ -526,17 +531,18 @@ def fit_level_selectors(setup: SweepSetup, t_rows: np.ndarray | None, timer: Tim
     if t_rows is None:
         return None, extra, {}
     t0 = time.perf_counter()
-    learn = ([parse_selector(f"ordinal:{plan.tau}")] if ordinal_on else []) + [sel for sel in extra if sel.learned]
+    learn = ([parse_selector(f"ordinal:{plan.tau}")] if ordinal_on else []) + [sel for sel in extra if sel.needs_fit()]
     with timer("fit_ordinal"):
         fitted = fit_learned(restrict_corpus(setup.train_sample, t_rows), setup.make_retriever(), learn, plan.tau,
-                             setup.config.reader.read_unit, plan.depth, train=setup.train if setup.fit_retriever else None)
+                             setup.config.reader.read_unit, plan.depth, train=setup.train if setup.fit_retriever else None,
+                             reader=setup.reader, cache=setup.cache, mu=setup.config.reader.mu)
     ordinal = fitted[0] if ordinal_on else None
     info = {"train_questions": len(setup.train_sample.queries), "train_corpus_size": int(len(t_rows)),
             "fit_s": round(time.perf_counter() - t0, 3)}
     if ordinal is not None:
         info["ordinal"] = ordinal.to_dict()
-    if any(sel.learned for sel in extra):
-        info["fitted"] = {sel.spec: sel.to_dict() for sel in extra if sel.learned}
+    if any(sel.needs_fit() for sel in extra):
+        info["fitted"] = {sel.spec: sel.to_dict() for sel in extra if sel.needs_fit()}
     return ordinal, extra, info
 
 
@@ -653,7 +659,7 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
     names = system_names(plan, first.systems)
     q_count = first.em.shape[0]
     weights = bootstrap_weights(q_count, n_boot, boot_seed)
-    rows, agg_rows = [], []
+    rows, agg_rows, cost_rows = [], [], []
     per_seed_em = np.zeros((len(plan.seeds), len(plan.sizes), len(names)))
     boot_em = np.zeros((n_boot, len(plan.sizes), len(names)))
     for k, size in enumerate(plan.sizes):
@@ -674,7 +680,10 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
         mean_table = np.mean([system_table(levels[(size, seed)], "em") for seed in plan.seeds], axis=0)  # [Q, M] EM over seeds
         boot_em[:, k] = bootstrap_means(mean_table, weights)
         extra_keys = tuple(key for key in seed_metrics[0] if key == "bert_f1" or key in first.more)
-        agg_rows += seed_aggregate(plan, size, names, q_count, seed_metrics, extra_keys, percentile_interval(boot_em[:, k]))
+        size_rows = seed_aggregate(plan, size, names, q_count, seed_metrics, extra_keys, percentile_interval(boot_em[:, k]))
+        agg_rows += size_rows
+        n_table = np.mean([system_n(levels[(size, seed)]) for seed in plan.seeds], axis=0).astype(np.float64)  # [Q, M]
+        cost_rows += size_costs(plan, names, size_rows, boot_em[:, k], bootstrap_means(n_table, weights))
     regrets = regret_table(plan, names, per_seed_em, boot_em, weighting)
 
     def best_of(fam: str):
@@ -692,6 +701,7 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
             "definition": "per size: best EM among non-oracle systems minus the system's EM (EM as a fraction; x100 = EM points); "
                           + ("trapezoid weights over corpus size, normalized by the size range" if weighting == "trapezoid" else "plain mean over sizes"),
             "best_fixed": best_of("top"), "best_threshold": best_of("threshold"), "ordinal": best_of("ordinal"), "oracle": best_of("oracle"),
+            "by_family": {fam: best_of(fam) for fam in dict.fromkeys(family(n) for n in names)},
             "systems": regrets,
         },
         "em_by_size": {name: [round(float(v), 6) for v in mean_em[:, m]] for m, name in enumerate(names)},
@@ -699,12 +709,64 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
             "done": int(sum(r.info.get("reads_done", 0) for r in levels.values())),
             "reused": int(sum(r.info.get("reads_reused", 0) for r in levels.values())),
         },
+        "cost": cost_summary(plan, cost_rows, levels),
         "bootstrap": {"replicates": n_boot, "seed": boot_seed, "interval": "95% percentile, questions resampled, paired across sizes"},
     }
     bert_info = next((r.info["bert_f1"] for r in levels.values() if r.info.get("bert_f1")), None)
     if bert_info:
         summary["bert_f1_info"] = {k: v for k, v in bert_info.items() if not k.startswith("pairs_")}
-    return {"rows": rows, "agg_rows": agg_rows, "summary": summary, "names": names}
+    return {"rows": rows, "agg_rows": agg_rows, "summary": summary, "names": names, "cost_rows": cost_rows}
+
+
+ADAPTIVE_EXCLUDED = ("top", "oracle")  # the families that are not adaptive selectors
+
+
+def size_costs(plan: SweepPlan, names: list[str], size_rows: list[dict], boot_em: np.ndarray, boot_n: np.ndarray) -> list[dict]:
+    """cost.csv rows of one corpus size: per system EM and F1 against mean passages read, whether it is on the
+    Pareto front (oracle left out: it reads the gold), and for adaptive selectors the fixed n that reaches their EM
+    and the passages per question saved against it, with its bootstrap interval (:mod:`eval.cost`)."""
+    from eval.cost import pareto_front, saving_at_equal_em
+
+    em = np.array([r["em_mean"] for r in size_rows])
+    passages = np.array([r["mean_n_mean"] for r in size_rows])
+    real = np.array([family(n) != "oracle" for n in names])
+    front = np.zeros(len(names), dtype=bool)
+    front[real] = pareto_front(passages[real], em[real])
+    fixed = slice(0, plan.n_max)
+    out = []
+    for m, (name, row) in enumerate(zip(names, size_rows)):
+        entry = {"dataset": row["dataset"], "split": row["split"], "corpus_size": row["corpus_size"], "system": name,
+                 "family": row["family"], "mean_passages": row["mean_n_mean"], "em": row["em_mean"], "em_ci_low": row["em_ci_low"],
+                 "em_ci_high": row["em_ci_high"], "f1": row["f1_mean"], "pareto_front": bool(front[m]),
+                 "fixed_n": "", "fixed_n_passages": "", "saving": "", "saving_ci_low": "", "saving_ci_high": "",
+                 "replicates_without_fixed_n": ""}
+        if family(name) not in ADAPTIVE_EXCLUDED:
+            saved = saving_at_equal_em(em[fixed], passages[fixed], em[m], passages[m], boot_em[:, fixed], boot_n[:, fixed],
+                                       boot_em[:, m], boot_n[:, m])
+            ci = saved.get("saving_ci95") or ["", ""]
+            entry.update({"fixed_n": saved["fixed_n"] or "", "fixed_n_passages": "" if saved["fixed_n_passages"] is None else saved["fixed_n_passages"],
+                          "saving": "" if saved["saving"] is None else saved["saving"], "saving_ci_low": ci[0], "saving_ci_high": ci[1],
+                          "replicates_without_fixed_n": saved["replicates_without_fixed_n"]})
+        out.append(entry)
+    return out
+
+
+def cost_summary(plan: SweepPlan, cost_rows: list[dict], levels: dict) -> dict:
+    """summary.json's cost section: per size the Pareto front and each adaptive selector's saving at equal EM,
+    and the reader seconds per passage measured on this sweep's fresh reads (None when every read came from the cache)."""
+    fresh = [r.info for r in levels.values() if r.info.get("reads_done")]
+    seconds = sum(i.get("read_s", 0.0) for i in fresh) / max(sum(i["reads_done"] for i in fresh), 1) if fresh else None
+    by_size: dict = {}
+    for row in cost_rows:
+        size = by_size.setdefault(str(row["corpus_size"]), {"pareto_front": [], "savings": {}})
+        if row["pareto_front"]:
+            size["pareto_front"].append(row["system"])
+        if row["family"] not in ADAPTIVE_EXCLUDED:
+            size["savings"][row["system"]] = {k: row[k] for k in ("em", "mean_passages", "fixed_n", "fixed_n_passages", "saving",
+                                                                  "saving_ci_low", "saving_ci_high", "replicates_without_fixed_n")}
+    return {"definition": "saving = mean passages read by the smallest fixed n whose EM reaches the selector's, minus the "
+                          "selector's mean passages read (per question; 95% question-bootstrap interval)",
+            "seconds_per_read": None if seconds is None else round(seconds, 6), "by_size": by_size}
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
@@ -726,7 +788,7 @@ def as_percent(row: dict) -> dict:
     return {k: (float(v) * 100 if k in PERCENT_COLUMNS and v != "" else v) for k, v in row.items()}
 
 
-def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict) -> list[str]:
+def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict, cost_rows: list[dict] | None = None) -> list[str]:
     from eval.plots import curves_by_size, plot_curves
 
     written = []
@@ -759,6 +821,11 @@ def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict) 
     written += plot_curves(curves, out / "em_vs_corpus_size", xlabel="corpus size (paragraphs)" if plan.dataset.level == "paragraph" else "corpus size (candidates)",
                            ylabel="exact match (%)", title=f"{plan.dataset.name} {plan.dataset.split}: EM vs corpus size",
                            logx=max(plan.sizes) >= 20 * min(plan.sizes))  # sizes over decades: log axis
+    if cost_rows:
+        from eval.plots import plot_cost
+
+        written += plot_cost([as_percent(r) | {"em": 100 * float(r["em"])} for r in cost_rows], out / "em_vs_passages",
+                             title=f"{plan.dataset.name} {plan.dataset.split}: EM vs passages read")
     return written
 
 
@@ -770,6 +837,17 @@ def print_summary(summary: dict, out: Path) -> None:
     for key in ("best_fixed", "best_threshold", "ordinal", "oracle"):
         if reg.get(key):
             rows.append((f"regret {key} (EM points)", f"{100 * reg[key]['regret']:.3f}  ({reg[key]['system']})"))
+    for fam, best in (reg.get("by_family") or {}).items():
+        if best and fam not in ("top", "threshold", "ordinal", "oracle"):
+            rows.append((f"regret best {fam} (EM points)", f"{100 * best['regret']:.3f}  ({best['system']})"))
+    for size, cost in (summary.get("cost") or {}).get("by_size", {}).items():
+        for name, saved in cost["savings"].items():
+            if saved["saving"] == "":
+                rows.append((f"size {size}: {name}", f"reads {saved['mean_passages']:.2f}; no fixed n reaches its EM"))
+            else:
+                rows.append((f"size {size}: {name}", f"reads {saved['mean_passages']:.2f}; top:{saved['fixed_n']} reaches its EM "
+                             f"reading {saved['fixed_n_passages']:.2f}: saves {saved['saving']:.2f} "
+                             f"[{saved['saving_ci_low']}, {saved['saving_ci_high']}] passages/question"))
     rows.append(("reads done / reused", f"{summary['reads']['done']} / {summary['reads']['reused']}"))
     print_table(rows, title=f"{summary['dataset']} {summary['split']} sweep ({summary['questions']} questions) -> {out}")
 
@@ -803,10 +881,11 @@ def run_sweep_experiment(config: SweepConfig, *, flags: dict | None = None) -> S
         agg = aggregate(plan, levels, stats.bootstrap, stats.bootstrap_seed, stats.weighting)
     write_csv(out / "results.csv", agg["rows"])
     write_csv(out / "summary.csv", agg["agg_rows"])
+    write_csv(out / "cost.csv", agg["cost_rows"])
     summary = agg["summary"]
     if stats.plots:
         with timer("plots"):
-            summary["plots"] = make_plots(out, plan, agg["agg_rows"], summary)
+            summary["plots"] = make_plots(out, plan, agg["agg_rows"], summary, agg["cost_rows"])
     write_json(out / "summary.json", summary)
     sources = dict(plan.dataset.sources)
     if state["train"] is not None:

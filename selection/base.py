@@ -46,6 +46,10 @@ class Selector:
       as ``key=value`` (``threshold:0.8,normalization=sum``);
     * ``learned``: ``fit`` must see training data before ``predict``;
     * ``needs_gold``: ``predict`` reads ``first_relevant_rank``;
+    * ``reads_answers``: the reader is in the loop: ``fit`` takes the training
+      reads (``answer_scores``, ``correct``), ``predict`` the answer scores of
+      the passages read, and ``stop_points`` says, after each rank read, which
+      questions stop (:func:`pipeline.stages.read_until`);
     * ``max_depth``: the most passages it can select (None: up to the
       retrieval depth), i.e. how deep a driver has to retrieve and read.
     """
@@ -54,6 +58,7 @@ class Selector:
     usage: ClassVar[str] = ""
     learned: ClassVar[bool] = False
     needs_gold: ClassVar[bool] = False
+    reads_answers: ClassVar[bool] = False
 
     # -- estimator protocol ---------------------------------------------------
     def fit(self, scores: np.ndarray, first_relevant_rank: np.ndarray) -> "Selector":
@@ -64,6 +69,10 @@ class Selector:
 
     def predict(self, scores: np.ndarray, first_relevant_rank: np.ndarray | None = None) -> np.ndarray:
         raise NotImplementedError
+
+    def needs_fit(self) -> bool:
+        """Whether ``fit`` has work to do before ``predict`` (a learned selector given its fitted parameters has none)."""
+        return self.learned
 
     def _check(self):
         """Validate constructor parameters (UserError ``selector <spec>: ...``); subclasses extend."""

@@ -26,6 +26,9 @@ SELECTORS: Registry[type[Selector]] = Registry("selectors", what="selector")
 SELECTORS.register("top", "selection.top:TopN")
 SELECTORS.register("threshold", "selection.threshold:Threshold")
 SELECTORS.register("ordinal", "selection.ordinal:Ordinal")
+SELECTORS.register("gap", "selection.gap:Gap")
+SELECTORS.register("rlt", "selection.truncation:Truncation")
+SELECTORS.register("confidence", "selection.confidence:Confidence")
 SELECTORS.register("oracle", "selection.oracle:Oracle")
 
 

@@ -235,8 +235,8 @@ def test_parse_builds_each_selector(spec, cls, params):
 @pytest.mark.parametrize(
     "spec, message",
     [
-        (None, r"^selector None: expected one of top:N, threshold:θ\[,τ\], ordinal\[:τ\], oracle$"),
-        ("", r"^selector '': expected one of top:N, threshold:θ\[,τ\], ordinal\[:τ\], oracle$"),
+        (None, r"^selector None: expected one of top:N, threshold:θ\[,τ\], ordinal\[:τ\], gap\[:τ\[,b\]\], rlt\[:τ\[,λ\]\], confidence\[:τ\], oracle$"),
+        ("", r"^selector '': expected one of top:N, threshold:θ\[,τ\], ordinal\[:τ\], gap\[:τ\[,b\]\], rlt\[:τ\[,λ\]\], confidence\[:τ\], oracle$"),
         (3, r"^selector 3: expected one of"),
         ("top", r"^selector 'top': expected top:N$"),
         ("top:", r"^selector 'top:': expected top:N$"),
@@ -252,7 +252,7 @@ def test_parse_builds_each_selector(spec, cls, params):
         ("ordinal:1,2", r"^selector 'ordinal:1,2': expected ordinal or ordinal:τ$"),
         ("ordinal:x", r"^selector 'ordinal:x' option tau: expected an integer, got 'x'$"),
         ("oracle:1", r"^selector 'oracle:1': oracle takes no parameters$"),
-        ("best:3", r"^selector 'best:3': unknown method 'best' \(expected one of top:N, threshold:θ\[,τ\], ordinal\[:τ\], oracle\)$"),
+        ("best:3", r"^selector 'best:3': unknown method 'best' \(expected one of top:N, threshold:θ\[,τ\], ordinal\[:τ\], gap\[:τ\[,b\]\], rlt\[:τ\[,λ\]\], confidence\[:τ\], oracle\)$"),
     ],
 )
 def test_parse_rejects_bad_specs_with_exact_messages(spec, message):
@@ -267,7 +267,7 @@ def test_selector_from_dict_round_trips_and_rejects():
         assert type(back) is type(sel) and back.get_params() == sel.get_params()
     assert selector_from_dict({"method": "top"}).get_params() == {"n": 1}  # no params: the defaults
     assert selector_from_dict({"method": "threshold", "params": None, "fitted": None}).spec == "threshold:0.8,25"
-    with pytest.raises(UserError, match=r"^selector dict: unknown method 'nope' \(expected one of top, threshold, ordinal, oracle\)$"):
+    with pytest.raises(UserError, match=r"^selector dict: unknown method 'nope' \(expected one of top, threshold, ordinal, gap, rlt, confidence, oracle\)$"):
         selector_from_dict({"method": "nope"})
     with pytest.raises(UserError, match=r"^selector dict: unknown method 'top'"):
         selector_from_dict("top")

@@ -35,12 +35,15 @@ NEG_INF = float("-inf")
 
 
 # ---------------------------------------------------------------- the registry
-def test_registry_lists_the_four_built_ins_in_order():
+def test_registry_lists_the_built_ins_in_order():
+    from selection import Confidence, Gap, Truncation
+
     assert SELECTORS.kind == "selectors" and SELECTORS.group == "qa_retrieval_eval.selectors"
-    assert selector_names()[:4] == ["top", "threshold", "ordinal", "oracle"]
-    for name, cls in [("top", TopN), ("threshold", Threshold), ("ordinal", Ordinal), ("oracle", Oracle)]:
+    assert selector_names()[:7] == ["top", "threshold", "ordinal", "gap", "rlt", "confidence", "oracle"]
+    for name, cls in [("top", TopN), ("threshold", Threshold), ("ordinal", Ordinal), ("gap", Gap), ("rlt", Truncation),
+                      ("confidence", Confidence), ("oracle", Oracle)]:
         assert name in SELECTORS and SELECTORS.get(name) is cls and cls.method == name
-    assert selector_usage().startswith("top:N, threshold:θ[,τ], ordinal[:τ], oracle")
+    assert selector_usage().startswith("top:N, threshold:θ[,τ], ordinal[:τ], gap[:τ[,b]], rlt[:τ[,λ]], confidence[:τ], oracle")
     with pytest.raises(UserError, match=r"^unknown selector 'best' \(known: "):
         SELECTORS.get("best")
 
@@ -142,7 +145,7 @@ def test_oracle_is_the_one_built_in_that_needs_the_gold():
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ("", r"^selector '': expected one of top:N, threshold:θ\[,τ\], ordinal\[:τ\], oracle"),
+        ("", r"^selector '': expected one of top:N, threshold:θ\[,τ\], ordinal\[:τ\], gap\[:τ\[,b\]\], rlt\[:τ\[,λ\]\], confidence\[:τ\], oracle"),
         ("best:3", r"^selector 'best:3': unknown method 'best' \(expected one of top:N, "),
         ("relative:0.8,10", r"^selector 'relative:0.8,10': unknown method 'relative'"),  # plugin not on the path
         ("top", r"^selector 'top': expected top:N$"),
@@ -163,7 +166,7 @@ def test_bad_specs_are_one_line_user_errors(spec, message):
 
 
 def test_dict_errors_and_base_from_dict():
-    with pytest.raises(UserError, match=r"^selector dict: unknown method 'nope' \(expected one of top, threshold, ordinal, oracle"):
+    with pytest.raises(UserError, match=r"^selector dict: unknown method 'nope' \(expected one of top, threshold, ordinal, gap, rlt, confidence, oracle"):
         selector_from_dict({"method": "nope"})
     with pytest.raises(UserError, match=r"^selector dict has method 'top', expected 'oracle'$"):
         Oracle.from_dict(TopN(2).to_dict())
