@@ -148,7 +148,7 @@ RETRIEVERS = {
     "route": "route:bm25+dense",
     "mrrank": "mrrank:bm25+dense",
 }
-SELECTORS = ["top:3", "threshold:0.8", "ordinal", "oracle"]
+SELECTORS = ["top:3", "threshold:0.8", "ordinal", "gap:8,2", "rlt:8", "confidence:5", "oracle"]
 DATASETS = ["reqa", "beir", "open"]
 LEARNED_RETRIEVERS = {"route", "mrrank"}
 
@@ -160,6 +160,9 @@ FAST_RUN = {
     ("reqa", "route", "oracle"),
     ("reqa", "mrrank", "ordinal"),
     ("open", "bm25", "ordinal"),
+    ("reqa", "bm25", "gap:8,2"),
+    ("reqa", "dense", "rlt:8"),
+    ("open", "bm25", "confidence:5"),
     ("beir", "bm25", "top:3"),
 }
 FAST_SWEEP = {("reqa", "bm25"), ("reqa", "route"), ("beir", "bm25")}
@@ -265,6 +268,11 @@ def test_run_cell(env, capfd, dataset, retriever, selector):
     if selector == "ordinal":  # fitted on the training split
         fitted = saved["fitted"]
         assert fitted and len(fitted["coef"]) == parse_selector(selector).tau and fitted["n_train"] >= 2, fitted
+    elif selector.startswith(("rlt", "confidence")):  # fitted on the training split (confidence: on its reads)
+        fitted = saved["fitted"]
+        assert fitted and fitted["n_train"] >= 2, fitted
+        costs = [json.loads(line) for line in (out / "costs.jsonl").read_text().splitlines()]
+        assert sum(c["passages_read"] for c in costs) / len(costs) == pytest.approx(reading["mean_n"])
     else:
         assert saved["fitted"] == {}
     preds = json.loads((out / "predictions.json").read_text())
@@ -275,6 +283,7 @@ def test_run_cell(env, capfd, dataset, retriever, selector):
 def _sweep_argv(env, dataset, retriever, out, sizes="x1,all"):
     return [*env["flags"][dataset], *retriever_flags(retriever), "--reader", READER,
             "--n", "1-3", "--corpus-sizes", sizes, "--seeds", "1", "--depth", "10",
+            "--selector", "gap:3,1", "--selector", "rlt:3", "--selector", "confidence:3",
             "--metrics", "em,f1", "--no-plots", "--bootstrap", "50", "--reader-batch-size", "8",
             "--read-cache", env["root"] / f"reads-{dataset}", "--out", out]
 
@@ -309,15 +318,22 @@ def test_sweep_cell(env, capfd, dataset, retriever):
         if family != "oracle":  # regret against the best non-oracle system
             assert regret[family]["regret"] >= 0
     systems = summary["em_by_size"]
-    assert {"top:1", "top:2", "top:3", "ordinal:3", "oracle"} <= set(systems)
+    assert {"top:1", "top:2", "top:3", "ordinal:3", "gap:3,1", "rlt:3,0.01", "confidence:3", "oracle"} <= set(systems)
+    for family in ("gap", "rlt", "confidence"):  # the new selectors have their regret and their cost
+        assert regret["by_family"][family]["regret"] >= 0
+        for size in sizes:
+            saving = summary["cost"]["by_size"][str(size)]["savings"][regret["by_family"][family]["system"]]
+            assert 1 <= saving["mean_passages"] <= 3 and (saving["fixed_n"] == "" or 1 <= saving["fixed_n"] <= 3), saving
     assert all(0.0 <= v <= 1.0 for ems in systems.values() for v in ems if v == v), systems
     assert all(len(ems) == 2 for ems in systems.values())
     # the ordinal selector was fitted at every level (on training questions, τ = n_max)
     levels = sorted((out / "levels").glob("size*-seed1.json"))
     assert len(levels) == 2
     for level in levels:
-        fitted = json.loads(level.read_text())["info"]["ordinal"]
+        info = json.loads(level.read_text())["info"]
+        fitted = info["ordinal"]
         assert fitted["spec"] == "ordinal:3" and len(fitted["fitted"]["coef"]) == 3, (level.name, fitted)
+        assert info["fitted"]["confidence:3"]["fitted"]["n_train"] >= 2 and info["fitted"]["rlt:3,0.01"]["fitted"], info["fitted"]
 
 
 def test_sweep_refuses_noise_ratios_on_an_open_set(env, capfd):
