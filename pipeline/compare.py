@@ -16,6 +16,13 @@ each metric's family of comparisons.
 
 Runs must score the same questions: a metric whose per-query ids differ
 between runs (another dataset, split or ``--limit``) is an error.
+
+Given one ``pipeline.sweep`` directory instead, it compares the sweep's
+systems at one corpus size (``--size``, default the largest) on the same
+questions: ``--systems top:5;gap:25,5;confidence:20`` (default: the best
+system of every family by regret), each with its per-question EM, F1 and
+passages read (means over seeds), so the selectors' EM and reading cost are
+tested pairwise like runs.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ def default_metrics() -> tuple[str, ...]:
 
     return RETRIEVAL_DEFAULTS + tuple(answer_metric_names())
 NOT_METRICS = ("id", "n", "error")
+LOWER_IS_BETTER = ("passages_read",)  # costs: the run that reads fewer passages is the better one
 
 
 @dataclass
@@ -76,6 +84,65 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
         except json.JSONDecodeError as e:
             raise UserError(f"{path / 'metrics.json'}:{e.lineno}: not valid JSON ({e.msg})") from None
     return Run(name or path.name, path, metrics, rows)
+
+
+def is_sweep(path: str | Path) -> bool:
+    """A ``pipeline.sweep`` output directory (summary.json and levels/), not a run's."""
+    path = Path(path)
+    return (path / "summary.json").is_file() and (path / "levels").is_dir()
+
+
+def load_sweep_runs(path: str | Path, systems: list[str] | None = None, size: str | None = None) -> list[Run]:
+    """Systems of a sweep at one corpus size as runs: per question EM, F1 and passages read (means over seeds).
+
+    ``systems`` default to the best of every family (fixed n, each selector) by regret, the oracle left out;
+    ``size`` to the largest corpus size.  Question ids come from the sweep's question_ids.json (positions when
+    the sweep predates it).
+    """
+    path = Path(path)
+    summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+    sizes = [int(s) for s in summary.get("corpus_sizes", [])]
+    if size is None:
+        chosen = max(sizes)
+    else:
+        try:
+            chosen = max(sizes) if str(size) == "all" else int(size)
+        except ValueError:
+            raise UserError(f"--size {size!r}: a corpus size of the sweep ({', '.join(map(str, sizes))}) or all") from None
+        if chosen not in sizes:
+            raise UserError(f"--size {size}: {path} has corpus sizes {', '.join(map(str, sizes))}")
+    if not systems:
+        families = (summary.get("regret") or {}).get("by_family") or {}
+        systems = [best["system"] for fam, best in families.items() if best and fam != "oracle"]
+    tables: dict[str, list] = {name: [] for name in systems}
+    for seed in summary.get("seeds", [1]):
+        stem = path / "levels" / f"size{chosen}-seed{seed}"
+        try:
+            meta = json.loads(stem.with_suffix(".json").read_text(encoding="utf-8"))
+            with np.load(stem.with_suffix(".npz"), allow_pickle=False) as z:
+                em, f1, sys_n = z["em"], z["f1"], z["sys_n"]
+        except (OSError, ValueError, KeyError) as e:
+            raise UserError(f"{stem}: cannot read the sweep level ({e})") from None
+        for name in systems:
+            if name.startswith("top:") and name[4:].isdigit() and 1 <= int(name[4:]) <= em.shape[1]:
+                n = np.full(em.shape[0], int(name[4:]), dtype=np.int64)
+            elif name in meta["systems"]:
+                n = sys_n[:, meta["systems"].index(name)]
+            else:
+                raise UserError(f"--systems {name}: not a system of {path} (top:1..top:{em.shape[1]}, {', '.join(meta['systems'])})")
+            rows = np.arange(em.shape[0])
+            tables[name].append((em[rows, n - 1], f1[rows, n - 1], n))
+    ids_file = path / "question_ids.json"
+    q_count = len(next(iter(tables.values()))[0][0])
+    ids = json.loads(ids_file.read_text(encoding="utf-8")) if ids_file.is_file() else [f"q{i}" for i in range(q_count)]
+    if len(ids) != q_count:
+        raise UserError(f"{ids_file}: {len(ids)} ids for {q_count} questions")
+    out = []
+    for name, per_seed in tables.items():
+        em, f1, n = (np.mean([t[k] for t in per_seed], axis=0) for k in range(3))
+        rows = {str(q): {"id": str(q), "em": float(e), "f1": float(f), "passages_read": float(k)} for q, e, f, k in zip(ids, em, f1, n)}
+        out.append(Run(name, path, {"dataset": summary.get("dataset"), "split": summary.get("split")}, rows))
+    return out
 
 
 def available_metrics(runs: list[Run]) -> list[str]:
@@ -133,7 +200,8 @@ def compare(runs: list[Run], metrics: list[str], test: str = "paired-t", correct
         for (i, j), p, q in zip(pairs, raw, adj):
             significant = q < alpha
             if significant and means[i] != means[j]:
-                winner, loser = (i, j) if means[i] > means[j] else (j, i)
+                higher_wins = metric not in LOWER_IS_BETTER
+                winner, loser = (i, j) if (means[i] > means[j]) == higher_wins else (j, i)
                 better[winner].append(letters[loser])
             tests.append({"a": runs[i].name, "b": runs[j].name, "mean_a": float(means[i]), "mean_b": float(means[j]),
                           "diff": float(means[j] - means[i]), "p": float(p), "p_corrected": float(q), "significant": bool(significant)})
@@ -161,7 +229,8 @@ def markdown(result: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     q = {m: result["metrics"][m]["questions"] for m in metrics}
     note = (f"Superscripts: the runs a run is significantly better than ({result['test']} test, {result['correction']} "
-            f"correction, alpha {result['alpha']}); values are fractions in [0, 1]; questions per metric: "
+            f"correction, alpha {result['alpha']}; for {', '.join(LOWER_IS_BETTER)} fewer is better); values are fractions "
+            f"in [0, 1] (passages_read: passages per question); questions per metric: "
             + ", ".join(f"{m} {n}" for m, n in q.items()) + ".")
     pair_head = "| metric | a | b | mean a | mean b | b − a | p | p corrected | significant |"
     pair_lines = [pair_head, "|---|---|---|---|---|---|---|---|---|"]
@@ -212,6 +281,27 @@ def write_outputs(out: Path, result: dict) -> list[Path]:
     return [out / n for n in ("compare.md", "compare.csv", "compare_pairs.csv", "compare.tex")]
 
 
+def split_systems(text: str | None) -> list[str] | None:
+    """``top:5;gap:25,5`` or ``top:5,top:10,confidence:20``: specs split at ';' when there is one, else at commas
+    that start a new spec (a name followed by ':' or the end)."""
+    if not text:
+        return None
+    if ";" in text:
+        return [t.strip() for t in text.split(";") if t.strip()]
+    from selection import selector_names
+
+    names = set(selector_names()) | {"top"}
+    parts: list[str] = []
+    for piece in text.split(","):
+        piece = piece.strip()
+        head = piece.split(":")[0].split("=")[0]
+        if parts and (head not in names or "=" in piece.split(":")[0]):
+            parts[-1] += "," + piece  # a parameter of the previous spec
+        elif piece:
+            parts.append(piece)
+    return parts
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         raise UserError(f"{self.prog}: {message} (see --help)")
@@ -221,7 +311,10 @@ def build_parser() -> argparse.ArgumentParser:
     from eval.significance import CORRECTIONS, TESTS
 
     p = _Parser(prog="python -m pipeline.compare", description=__doc__.splitlines()[0])
-    p.add_argument("runs", nargs="+", help="pipeline.run --out directories (two or more)")
+    p.add_argument("runs", nargs="+", help="pipeline.run --out directories (two or more), or one pipeline.sweep directory")
+    p.add_argument("--systems", help="with a sweep directory: comma-separated systems to compare (top:5,gap:25,5,...; "
+                   "separate them with ';' when a spec has commas; default: the best of every family by regret)")
+    p.add_argument("--size", help="with a sweep directory: the corpus size (default: the largest)")
     p.add_argument("--metrics", help=f"comma-separated per-query metrics (default: those of {','.join(RETRIEVAL_DEFAULTS)} and the answer metrics all runs have)")
     p.add_argument("--test", default="paired-t", choices=TESTS)
     p.add_argument("--correction", default="holm", choices=CORRECTIONS)
@@ -237,12 +330,19 @@ def build_parser() -> argparse.ArgumentParser:
 @main_guard
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if len(args.runs) < 2:
-        raise UserError("pipeline.compare: give two or more run directories")
-    names = [n.strip() for n in args.names.split(",")] if args.names else [None] * len(args.runs)
-    if len(names) != len(args.runs):
-        raise UserError(f"--names: {len(names)} names for {len(args.runs)} runs")
-    runs = [load_run(p, n) for p, n in zip(args.runs, names)]
+    if len(args.runs) == 1 and is_sweep(args.runs[0]):
+        runs = load_sweep_runs(args.runs[0], split_systems(args.systems), args.size)
+        if len(runs) < 2:
+            raise UserError(f"{args.runs[0]}: give two or more --systems to compare")
+    elif args.systems or args.size:
+        raise UserError("--systems and --size apply to one pipeline.sweep directory")
+    elif len(args.runs) < 2:
+        raise UserError("pipeline.compare: give two or more run directories (or one sweep directory)")
+    else:
+        names = [n.strip() for n in args.names.split(",")] if args.names else [None] * len(args.runs)
+        if len(names) != len(args.runs):
+            raise UserError(f"--names: {len(names)} names for {len(args.runs)} runs")
+        runs = [load_run(p, n) for p, n in zip(args.runs, names)]
     if len({r.name for r in runs}) != len(runs):
         raise UserError("runs need distinct names (pass --names)")
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else available_metrics(runs)

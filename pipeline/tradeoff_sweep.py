@@ -882,6 +882,11 @@ def run_sweep_experiment(config: SweepConfig, *, flags: dict | None = None) -> S
     write_csv(out / "results.csv", agg["rows"])
     write_csv(out / "summary.csv", agg["agg_rows"])
     write_csv(out / "cost.csv", agg["cost_rows"])
+    # the ids of the rows of every level's per-question arrays (pipeline.compare reads them)
+    queries = plan.dataset.queries
+    from pipeline.stages import unique_question_rows
+
+    write_json(out / "question_ids.json", [queries.question_ids[i] for i in unique_question_rows(queries)])
     summary = agg["summary"]
     if stats.plots:
         with timer("plots"):

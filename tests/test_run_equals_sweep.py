@@ -87,3 +87,16 @@ def test_adaptive_selectors_and_their_costs_agree_between_run_and_sweep(tmp_path
             assert float(row["saving"]) == pytest.approx(float(fixed["mean_passages"]) - float(row["mean_passages"]), abs=1e-6)
             earlier = [cost[f"top:{n}"] for n in range(1, int(row["fixed_n"]))]
             assert all(float(r["em"]) < float(row["em"]) - 1e-9 for r in earlier)
+    # pipeline.compare tests the sweep's systems pairwise on the same questions as the runs (ids included)
+    from pipeline.compare import load_sweep_runs, main as compare_main
+
+    systems = ["top:1", *(next(s for s in cost if s.startswith(spec.split(",")[0])) for spec in specs)]
+    runs = load_sweep_runs(sweep_out, systems)
+    run_ids = [json.loads(line)["id"] for line in (out / "costs.jsonl").read_text().splitlines()]
+    for run in runs:
+        assert list(run.rows) == run_ids
+        assert np.mean([r["em"] for r in run.rows.values()]) == pytest.approx(float(cost[run.name]["em"]), abs=1e-6)
+        assert np.mean([r["passages_read"] for r in run.rows.values()]) == pytest.approx(float(cost[run.name]["mean_passages"]))
+    assert compare_main([str(sweep_out), "--systems", ";".join(systems), "--out", str(tmp_path / "cmp")]) == 0
+    pairs = _csv(tmp_path / "cmp" / "compare_pairs.csv")
+    assert {(p["metric"], p["a"], p["b"]) for p in pairs} >= {("passages_read", "top:1", systems[2]), ("em", "top:1", systems[1])}
