@@ -13,6 +13,15 @@ plots embedded as base64 PNG, the data as JSON in the page.
   25 questions are rendered on demand, so a full dev run (10,570 questions)
   opens and filters without freezing; filters can be preset in the address
   (``report.html#wrong=1&kind=retrieval&n=3``).
+* the retrieval of a ``pipeline.run`` directory (:mod:`pipeline.report_retrieval`),
+  the only browser of a retrieval-only run and a second one after the
+  answers of a reader run: how many questions have their first gold passage
+  at rank 1, 2-5, 6-10, 11-100, beyond or not within the depth, and per
+  question its top passages (``--top``, default 10; texts from the dataset the
+  manifest names, cut at ``--passage-chars``) with the gold ones marked and
+  the gold passages not among them.  Filters: first gold not in run.trec,
+  below rank k, a rank bucket, the article; preset in the address
+  (``report.html#missed=1&k=5``).
 * a ``pipeline.sweep`` directory: its tables (as ``pipeline.sweep_report``
   prints them) and its plots.
 
@@ -199,8 +208,24 @@ def sweep_body(directory: Path) -> str:
     return "\n".join(parts)
 
 
-def build_report(directory: str | Path) -> str:
-    """The HTML text of the report of a run or sweep directory."""
+def retrieval_section(directory: Path, metrics: dict, *, top: int, chars: int, reader: bool, data_dir: str | None = None) -> str:
+    """The retrieval browser of a run directory (:mod:`pipeline.report_retrieval`); a note when it has no run.trec/qrels."""
+    from pipeline.report_retrieval import retrieval_browser, retrieval_data
+
+    if top <= 0:
+        return ""
+    if not (directory / "run.trec").is_file() or not any((directory / q).is_file() for q in ("qrels.tsv", "qrels.trec")):
+        return "<p class=meta>No run.trec and qrels in this directory: no retrieval browser.</p>"
+    data = retrieval_data(directory, metrics, top=top, chars=chars, page_key="rpage" if reader else "page", data_dir=data_dir)
+    title = "Retrieval: where the gold passages rank" + (" (the same questions, before reading)" if reader else "")
+    return retrieval_browser(data, page_size=PAGE_SIZE, title=title)
+
+
+def build_report(directory: str | Path, *, top: int = 10, passage_chars: int = 400, data_dir: str | None = None) -> str:
+    """The HTML text of the report of a run or sweep directory (``top`` passages per question in the retrieval
+    browser, 0: none; their texts cut at ``passage_chars``, from the dataset found under ``data_dir`` if given)."""
+    from pipeline.report_retrieval import CSS as RETRIEVAL_CSS
+
     directory = Path(directory)
     if (directory / "summary.json").is_file():
         title, body = f"Sweep report: {directory.name}", sweep_body(directory)
@@ -220,12 +245,14 @@ def build_report(directory: str | Path) -> str:
                 except json.JSONDecodeError:
                     raise UserError(f"{details_path}:{n}: not valid JSON") from None
             body += question_browser(details)
+            body += retrieval_section(directory, metrics, top=top, chars=passage_chars, reader=True, data_dir=data_dir)
         else:
             body += "<p class=meta>Retrieval-only run: no answers to browse (run with --reader).</p>"
+            body += retrieval_section(directory, metrics, top=top, chars=passage_chars, reader=False, data_dir=data_dir)
     else:
         raise UserError(f"{directory}: neither a pipeline.run directory (metrics.json) nor a sweep (summary.json)")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
-            f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
+            f"<style>{CSS}{RETRIEVAL_CSS}</style></head><body><h1>{html.escape(title)}</h1>"
             f"<p class=meta>{html.escape(str(directory.resolve()))}; values in percent</p>{body}</body></html>\n")
 
 
@@ -234,12 +261,20 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m pipeline.report", description=__doc__.splitlines()[0])
     p.add_argument("directory", help="a pipeline.run or pipeline.sweep --out directory")
     p.add_argument("--out", help="HTML file to write (default: DIRECTORY/report.html)")
+    p.add_argument("--top", type=int, default=10, help="passages shown per question in the retrieval browser "
+                   "(default: 10; 0: no retrieval browser)")
+    p.add_argument("--passage-chars", type=int, default=400, help="characters kept of each passage's text in the "
+                   "retrieval browser (default: 400)")
+    p.add_argument("--data-dir", help="where the run's dataset is, for the passages' texts (default: the run's --data-dir, "
+                   "else $QA_DATA_DIR)")
     args = p.parse_args(argv)
+    if args.passage_chars < 1:
+        raise UserError(f"--passage-chars {args.passage_chars}: must be >= 1")
     directory = Path(args.directory)
     if not directory.is_dir():
         raise UserError(f"{directory}: not a directory")
     out = Path(args.out) if args.out else directory / "report.html"
-    write_text(out, build_report(directory))
+    write_text(out, build_report(directory, top=args.top, passage_chars=args.passage_chars, data_dir=args.data_dir))
     print(f"wrote {out}")
     return 0
 
