@@ -11,8 +11,8 @@ from data.types import limit_queries
 from pipeline.cli import main_guard, make_out_dir, parse_with_config, write_manifest
 
 
-@main_guard
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser of ``python -m pipeline.export``."""
     p = argparse.ArgumentParser(prog="python -m pipeline.export", description="Write a built dataset in BEIR layout (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv).")
     p.add_argument("dataset")
     p.add_argument("--split", default="dev")
@@ -22,7 +22,12 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, help="export only the first N questions (the corpus stays whole)")
     p.add_argument("--language", default="auto", help="language of squad_file: and open: datasets (auto, en, th)")
     p.add_argument("--config")
-    args = parse_with_config(p, argv)
+    return p
+
+
+@main_guard
+def main(argv=None) -> int:
+    args = parse_with_config(build_parser(), argv)
     from data.registry import load_dataset
 
     ds = limit_queries(load_dataset(args.dataset, args.split, data_dir=args.data_dir, data_file=args.data_file,
