@@ -1,11 +1,13 @@
 """Markdown tables of a finished sweep: ``python -m pipeline.sweep_report DIR``.
 
 Reads ``summary.csv`` and ``summary.json`` written by :mod:`pipeline.sweep`
-and prints the two tables README shows for a sweep: per corpus size, answer
+and prints the tables the docs show for a sweep: per corpus size, answer
 recall@n, answer-bearing passages in the top N and EM of fixed n next to the
 best system; then the regret of the best fixed n, the best threshold, the
-ordinal selector, a few fixed n and the oracle (Kratzwald & Feuerriegel 2018,
-"Adaptive Document Retrieval for Deep Question Answering").  A sweep over
+ordinal selector, the best of every other selector family, a few fixed n and
+the oracle (Kratzwald & Feuerriegel 2018, "Adaptive Document Retrieval for
+Deep Question Answering"); then what reading cost (cost.csv): EM against mean
+passages read and each adaptive selector's saving at equal EM.  A sweep over
 several seeds shows every value as mean ± std over the seeds.
 
 Files hold fractions in [0, 1] (``"scale": "fraction"`` in summary.json);
@@ -129,6 +131,9 @@ def regret_table(summary: dict, fixed: list[int]) -> str:
     picks = [(label, regret[key]["system"]) for label, key in
              (("best fixed n", "best_fixed"), ("best threshold", "best_threshold"), ("ordinal regression", "ordinal"))
              if regret.get(key)]  # --no-ordinal sweeps have no ordinal regression
+    known = {"top", "threshold", "ordinal", "oracle"}
+    picks += [(f"best {family}", best["system"]) for family, best in (regret.get("by_family") or {}).items()
+              if best and family not in known]  # gap, rlt, confidence, plugins' selectors
     picks += [(f"top-{n}", f"top:{n}") for n in fixed if f"top:{n}" in systems]
     picks += [("oracle (reads to the first answer-bearing passage)", "oracle")]
     seeds = len(summary.get("seeds") or [1])
@@ -144,9 +149,42 @@ def regret_table(summary: dict, fixed: list[int]) -> str:
     return "\n".join(lines)
 
 
+def cost_table(out: str | Path, summary: dict) -> str | None:
+    """Per corpus size, for the best fixed n and the best system of every selector family: EM, mean passages
+    read, whether it is on the Pareto front, and (adaptive selectors) the fixed n that reaches its EM and the
+    passages per question it saves against that n.  None for sweeps without cost.csv."""
+    path = Path(out) / "cost.csv"
+    if not path.is_file():
+        return None
+    with open(path, newline="", encoding="utf-8") as f:
+        cost = {(int(r["corpus_size"]), r["system"]): r for r in csv.DictReader(f)}
+    regret = summary["regret"]
+    systems = [best["system"] for best in (regret.get("by_family") or {}).values() if best]
+    head = ["corpus", "system", "EM (%)", "mean passages read", "Pareto front", "fixed n of equal EM", "its passages",
+            "saving, passages/question [95% CI]"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for size in summary["corpus_sizes"]:
+        for system in systems:
+            r = cost.get((int(size), system))
+            if r is None:
+                continue
+            adaptive = r["family"] not in ("top", "oracle")
+            saving = "—"
+            if adaptive:
+                saving = "no fixed n reaches its EM" if r["saving"] == "" else \
+                    f"{float(r['saving']):+.2f} [{float(r['saving_ci_low']):+.2f}, {float(r['saving_ci_high']):+.2f}]"
+            lines.append("| " + " | ".join([
+                f"{int(size):,}", f"`{system}`", f"{100 * float(r['em']):.2f}", f"{float(r['mean_passages']):.2f}",
+                "yes" if r["pareto_front"] == "True" else "no",
+                (f"top:{r['fixed_n']}" if r["fixed_n"] else "—") if adaptive else "—",
+                f"{float(r['fixed_n_passages']):.2f}" if adaptive and r["fixed_n_passages"] else "—", saving]) + " |")
+    return "\n".join(lines)
+
+
 def report(out: str | Path, ns: list[int] = (1, 5, 10, 20)) -> str:
     summary, rows = load_summary(out)
-    return "\n\n".join([size_table(summary, rows, list(ns)), regret_table(summary, list(ns))])
+    tables = [size_table(summary, rows, list(ns)), regret_table(summary, list(ns)), cost_table(out, summary)]
+    return "\n\n".join(t for t in tables if t)
 
 
 def _int_list(text: str) -> list[int]:

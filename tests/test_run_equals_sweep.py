@@ -100,3 +100,11 @@ def test_adaptive_selectors_and_their_costs_agree_between_run_and_sweep(tmp_path
     assert compare_main([str(sweep_out), "--systems", ";".join(systems), "--out", str(tmp_path / "cmp")]) == 0
     pairs = _csv(tmp_path / "cmp" / "compare_pairs.csv")
     assert {(p["metric"], p["a"], p["b"]) for p in pairs} >= {("passages_read", "top:1", systems[2]), ("em", "top:1", systems[1])}
+    # pipeline.sweep_report prints the cost table from the same cost.csv
+    from pipeline.sweep_report import report
+
+    text = report(sweep_out, [1, 5])
+    assert "| corpus | system | EM (%) | mean passages read | Pareto front |" in text
+    for system in systems[1:]:
+        line = next(line for line in text.splitlines() if f"`{system}` | {100 * float(cost[system]['em']):.2f} |" in line)
+        assert f"| {float(cost[system]['mean_passages']):.2f} |" in line
