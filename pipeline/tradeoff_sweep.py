@@ -808,11 +808,13 @@ def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict, 
     for key in ("best_threshold", "ordinal", "oracle"):
         if reg.get(key):
             picks.append(reg[key]["system"])
+    picks += [best["system"] for fam, best in (reg.get("by_family") or {}).items()
+              if best and fam not in ("top", "threshold", "ordinal", "oracle")]  # gap, rlt, confidence, plugins
     curves = []
     for name in picks:
         rs = sorted((r for r in agg_rows if r["system"] == name), key=lambda r: r["corpus_size"])
         x = [r["corpus_size"] for r in rs]
-        nice = name if not name.startswith(("threshold", "ordinal")) else f"{name} (adaptive)"
+        nice = name if family(name) in ("top", "oracle") else f"{name} (adaptive)"
         curves.append({
             "label": f"{nice}, regret {100 * reg['systems'][name]['mean']:.2f}", "x": x,
             "y": [r["em_mean"] for r in rs], "low": [r["em_ci_low"] for r in rs], "high": [r["em_ci_high"] for r in rs],
