@@ -23,7 +23,7 @@ on a cache directory of its own (nothing is reused from earlier runs):
    (``python -m pyserini.index.lucene``, same threads, our index options) on
    the same passages as JsonCollection JSONL shards (``title\ntext``, as our
    store indexes them; converted from the TSV once, untimed: Pyserini cannot
-   read the TSV), against our store + index from the TSV -- the issue's
+   read the TSV), against our store + index from the TSV -- the goal
    "corpus store + index at >= 0.9x the docs/s of Pyserini's own indexer".
 
 It prints a table (seconds, peak RSS, growth ratio per 10x of N), disk use,

@@ -59,7 +59,8 @@ def each_checked(values: list[str], check) -> list[str]:
 class Section(BaseModel):
     """A record of settings: unknown keys are errors; values are checked on assignment too."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+    # a YAML number for a text setting (seeds: 3, n: 20) is that text, as on the command line
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(), coerce_numbers_to_str=True)
 
 
 # ----------------------------------------------------------------------- data

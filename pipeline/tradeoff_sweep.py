@@ -842,8 +842,11 @@ def print_summary(summary: dict, out: Path) -> None:
     for fam, best in (reg.get("by_family") or {}).items():
         if best and fam not in ("top", "threshold", "ordinal", "oracle"):
             rows.append((f"regret best {fam} (EM points)", f"{100 * best['regret']:.3f}  ({best['system']})"))
+    best = {b["system"] for b in (reg.get("by_family") or {}).values() if b}  # one line per family, not per θ
     for size, cost in (summary.get("cost") or {}).get("by_size", {}).items():
         for name, saved in cost["savings"].items():
+            if name not in best:
+                continue
             if saved["saving"] == "":
                 rows.append((f"size {size}: {name}", f"reads {saved['mean_passages']:.2f}; no fixed n reaches its EM"))
             else:

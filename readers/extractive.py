@@ -49,14 +49,14 @@ _DTYPES = ("auto", "float32", "bfloat16", "float16")
 # Batch shape by device when the caller sets none.  On the CPU a forward pass is
 # fastest with few padded tokens per batch (activations stay in cache): batches are
 # capped by padded tokens, not windows (bench/reader_batch.py measures the curve;
-# README "Reader speed" has the figures).  On CUDA large batches keep the GPU busy.
+# docs/readers.md "Reader speed" has the figures).  On CUDA large batches keep the GPU busy.
 CPU_TOKEN_BUDGET = 1024
 CPU_MAX_WINDOWS = 64
 CUDA_BATCH_SIZE = 64
 # Under bf16/fp16 autocast on the CPU, oneDNN JIT-compiles and caches a kernel per matmul shape (its primitive
 # cache holds 1,024): with spans of exact length a ReQA SQuAD dev run makes more shapes than that, and the cache
 # grew by about 0.5 GB.  Spans rounded up to a multiple of 16 (an AMX tile's rows; masked pad tokens change no
-# result) leave a few dozen shapes: the README's main job peaked at 1,742 MiB instead of 2,323 MiB in bf16 on an
+# result) leave a few dozen shapes: the main job (docs/reproductions.md) peaked at 1,742 MiB instead of 2,323 MiB in bf16 on an
 # Intel Xeon with AMX (`/usr/bin/time -v`; float32 1,751 MiB), EM 0.4521 against 0.4519.  Float32 keeps exact
 # spans: it needs no rounding for memory, and padding only adds work there.
 CPU_AUTOCAST_SPAN_MULTIPLE = 16

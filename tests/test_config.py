@@ -62,3 +62,12 @@ def test_fingerprint_follows_results_not_places_or_batches():
     leave = ("data.corpus_sizes", "data.seeds", "selectors.n")
     assert sweep.fingerprint(*keep, leave_out=leave) == same_levels.fingerprint(*keep, leave_out=leave)
     assert sweep.fingerprint(*keep, leave_out=leave) != SweepConfig(selectors={"thetas": "0.7"}).fingerprint(*keep, leave_out=leave)
+
+
+def test_yaml_numbers_for_text_settings_read_as_on_the_command_line(tmp_path):
+    nested, flat = tmp_path / "nested.yaml", tmp_path / "flat.yaml"
+    nested.write_text("data: {dataset: squad_open, seeds: 3, corpus_sizes: 5000}\nselectors: {n: 20}\n")
+    flat.write_text("dataset: squad_open\nseeds: 3\ncorpus-sizes: 5000\nn: 20\n")
+    for path in (nested, flat):
+        config = load_config(SweepConfig, path)
+        assert (config.data.seeds, config.data.corpus_sizes, config.selectors.n) == ("3", "5000", "20")

@@ -1,4 +1,4 @@
-"""Files that interoperate (issue 14): run.trec + qrels scored by pytrec_eval give our numbers;
+"""Files that interoperate: run.trec + qrels scored by pytrec_eval give our numbers;
 one scale for metrics; per-query files and pipeline.compare against scipy."""
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def test_outputs_written(bm25_run):
 
 
 def test_bm25_regression_slice(bm25_run):
-    """2CR-style regression: the first 300 dev questions (README: full-dev numbers)."""
+    """2CR-style regression: the first 300 dev questions (docs/reproductions.md: full-dev numbers)."""
     r = json.loads((bm25_run / "metrics.json").read_text())["retrieval"]["reqa"]["sentence"]
     assert r["MRR"] == pytest.approx(EXPECTED_BM25_300["MRR"], abs=0.002)
     assert r["R@1"] == pytest.approx(EXPECTED_BM25_300["R@1"], abs=0.004)

@@ -166,7 +166,7 @@ def test_cli_end_to_end_and_resume(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["command"] == "pipeline.sweep" and manifest["config"]["selectors"]["n"] == "1-3" == manifest["flags"]["n"]
     assert summary["reads"]["done"] > 0
-    # the README tables of a sweep (python -m pipeline.sweep_report OUT)
+    # the docs' tables of a sweep (python -m pipeline.sweep_report OUT)
     from pipeline.sweep_report import report
 
     size_lines, regret_lines = [part.splitlines()[2:] for part in report(out, [1, 3]).split("\n\n")]
@@ -271,7 +271,7 @@ def test_cli_several_seeds_give_means_and_stds(tmp_path):
     assert "(per seed " in size_lines[3] and "± std over seeds" in regret_lines[0]
 
 
-# The README's full sweep (all 10,570 dev questions, bf16 reader) at its largest corpus, where the corpus
+# The full sweep of docs/sweeps.md (all 10,570 dev questions, bf16 reader) at its largest corpus, where the corpus
 # is all 20,963 paragraphs whatever questions are evaluated, on every 100th question (106): the values
 # its saved per-question results give for those questions, n = 1..5.
 #   python -m pipeline.sweep --dataset squad_open --reader ../shared/models/minilm-squad-reader --retriever bm25 \

@@ -228,7 +228,7 @@ def test_language_flag_overrides_detection_and_is_refused_where_fixed(tmp_path, 
 
 
 # ------------------------------------------------- retrieval regression slice
-# MRR on the slice below, from a run of this test (README: the full-test table and its commands)
+# MRR on the slice below, from a run of this test (docs/reproductions.md: the full-test table and its commands)
 EXPECTED_SLICE = {"bm25": 0.6804, "dense:use-multilingual": 0.5031, "rrf": 0.5912, "fuse-zscore": 0.658, "mrrank": 0.6887}
 
 
