@@ -73,15 +73,7 @@ def plot_curves(
     ax.grid(True, alpha=0.3)
     if curves:
         fig.legend(loc="outside lower center", ncol=min(3, len(curves)), fontsize=7.5, frameon=False)
-    written = []
-    stem = Path(stem)
-    for ext in ("png", "svg"):
-        path = stem.with_suffix(f".{ext}")
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=ext)
-        written.append(str(path))
-    plt.close(fig)
-    return written
+    return save_figure(fig, stem)
 
 
 def plot_cost(rows: Sequence[dict], stem: str | Path, *, title: str = "") -> list[str]:
@@ -126,6 +118,13 @@ def plot_cost(rows: Sequence[dict], stem: str | Path, *, title: str = "") -> lis
     if title:
         fig.suptitle(title, fontsize=10)
     fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=min(4, len(handles)), fontsize=7, frameon=False)
+    return save_figure(fig, stem)
+
+
+def save_figure(fig, stem: str | Path) -> list[str]:
+    """Write ``fig`` to ``stem``.png and .svg (each atomically), close it, return the paths."""
+    import matplotlib.pyplot as plt
+
     written = []
     stem = Path(stem)
     for ext in ("png", "svg"):

@@ -163,6 +163,26 @@ class Selector:
         return f"{type(self).__name__}({params})"
 
 
+def check_integer(selector: "Selector", value, what: str, minimum: int = 1) -> int:
+    """``value`` as an int >= ``minimum`` (UserError ``selector <spec>: <what> must be an integer >= m`` otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise UserError(f"selector {selector.spec}: {what} must be an integer >= {minimum}")
+    return int(value)
+
+
+def check_number(selector: "Selector", value, what: str, low: float, high: float, *, high_open: bool = False,
+                 low_open: bool = False) -> float:
+    """``value`` as a float in the range (UserError naming the selector, the parameter and the range otherwise)."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating)) and np.isfinite(float(value))
+    if ok:
+        v = float(value)
+        ok = (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+    if not ok:
+        bounds = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise UserError(f"selector {selector.spec}: {what} must be a number in {bounds}")
+    return float(value)
+
+
 def usage_forms(usage: str) -> list[str]:
     """The spec forms a usage string allows: ``threshold:θ[,τ]`` -> ``["threshold:θ", "threshold:θ,τ"]``."""
     start = usage.find("[")

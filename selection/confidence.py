@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from data.errors import UserError
-from selection.base import Selector, check_scores, valid_counts
+from selection.base import Selector, check_integer, check_number, check_scores, valid_counts
 
 DEFAULT_TAU = 20
 SIGNALS = ("score", "margin")
@@ -84,17 +84,13 @@ class Confidence(Selector):
         return self._check()
 
     def _check(self) -> int:
-        if isinstance(self.tau, bool) or not isinstance(self.tau, (int, np.integer)) or self.tau < 1:
-            raise UserError(f"selector {self.spec}: τ must be an integer >= 1")
         if self.signal not in SIGNALS:
             raise UserError(f"selector {self.spec}: signal must be one of {', '.join(SIGNALS)}")
-        if isinstance(self.cost, bool) or not isinstance(self.cost, (int, float, np.integer, np.floating)) or self.cost < 0:
-            raise UserError(f"selector {self.spec}: cost must be a number >= 0 (EM per passage read)")
-        if self.threshold is not None and (isinstance(self.threshold, bool) or not np.isfinite(float(self.threshold))):
-            raise UserError(f"selector {self.spec}: threshold must be a finite number")
-        if isinstance(self.fit_questions, bool) or not isinstance(self.fit_questions, (int, np.integer)) or self.fit_questions < 2:
-            raise UserError(f"selector {self.spec}: fit_questions must be an integer >= 2")
-        return int(self.tau)
+        check_number(self, self.cost, "cost (EM per passage read)", 0.0, float("inf"), high_open=True)
+        if self.threshold is not None:
+            check_number(self, self.threshold, "threshold", -float("inf"), float("inf"), low_open=True, high_open=True)
+        check_integer(self, self.fit_questions, "fit_questions", minimum=2)
+        return check_integer(self, self.tau, "τ")
 
     def needs_fit(self) -> bool:
         return self.threshold is None

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from data.errors import UserError
-from selection.base import Selector, check_scores, valid_counts
+from selection.base import Selector, check_integer, check_number, check_scores, valid_counts
 
 DEFAULT_TAU = 25
 DEFAULT_BUFFER = 5
@@ -53,14 +52,8 @@ class Gap(Selector):
         return self._check()[0]
 
     def _check(self) -> tuple[int, int, float]:
-        tau, buffer, tail = self.tau, self.buffer, self.tail
-        if isinstance(tau, bool) or not isinstance(tau, (int, np.integer)) or tau < 1:
-            raise UserError(f"selector {self.spec}: τ must be an integer >= 1")
-        if isinstance(buffer, bool) or not isinstance(buffer, (int, np.integer)) or buffer < 0:
-            raise UserError(f"selector {self.spec}: the buffer b must be an integer >= 0")
-        if isinstance(tail, bool) or not isinstance(tail, (int, float, np.floating, np.integer)) or not 0 <= tail < 1:
-            raise UserError(f"selector {self.spec}: tail must be a fraction in [0, 1)")
-        return int(tau), int(buffer), float(tail)
+        return (check_integer(self, self.tau, "τ"), check_integer(self, self.buffer, "the buffer b", minimum=0),
+                check_number(self, self.tail, "tail", 0.0, 1.0, high_open=True))
 
     def cut_points(self, scores) -> np.ndarray:
         """Per query the number of results above the largest considered gap (``i*``), before the buffer."""

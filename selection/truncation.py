@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from data.errors import UserError
-from selection.base import Selector, check_ranks, check_scores, normalize_scores, valid_counts
+from selection.base import Selector, check_integer, check_number, check_ranks, check_scores, normalize_scores, valid_counts
 
 DEFAULT_TAU = 25
 DEFAULT_COST = 0.01
@@ -92,13 +92,9 @@ class Truncation(Selector):
         return self._check()
 
     def _check(self) -> int:
-        if isinstance(self.tau, bool) or not isinstance(self.tau, (int, np.integer)) or self.tau < 1:
-            raise UserError(f"selector {self.spec}: τ must be an integer >= 1")
-        if isinstance(self.cost, bool) or not isinstance(self.cost, (int, float, np.integer, np.floating)) or not 0 <= self.cost < 1:
-            raise UserError(f"selector {self.spec}: the cost λ of a passage must lie in [0, 1)")
-        if isinstance(self.C, bool) or not isinstance(self.C, (int, float, np.integer, np.floating)) or not self.C > 0:
-            raise UserError(f"selector {self.spec}: C (inverse L2 strength) must be > 0")
-        return int(self.tau)
+        check_number(self, self.cost, "the cost λ of a passage", 0.0, 1.0, high_open=True)
+        check_number(self, self.C, "C (inverse L2 strength)", 0.0, float("inf"), low_open=True, high_open=True)
+        return check_integer(self, self.tau, "τ")
 
     def fit(self, scores, first_relevant_rank) -> "Truncation":
         from sklearn.linear_model import LogisticRegression
