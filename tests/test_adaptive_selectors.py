@@ -225,3 +225,13 @@ def test_learned_selectors_refuse_the_evaluated_split(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].endswith("--train-split dev is the evaluated split; fit it on another split")
     assert not (tmp_path / "r" / "metrics.json").exists()
+
+
+def test_the_sweep_refuses_to_fit_on_the_evaluated_split(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pipeline.sweep", "--dataset", "squad_open", "--reader", str(READER),
+                           "--selector", "rlt:3", "--train-split", "dev", "--n", "1-3", "--limit", "5", "--out", str(tmp_path / "s")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: --train-split dev is the evaluated split: learned selectors are fitted on another split")
+    assert not (tmp_path / "s" / "summary.json").exists()
