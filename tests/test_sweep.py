@@ -283,6 +283,14 @@ EXPECTED_FULL_SWEEP_ALL_EVERY100 = {
 }
 
 
+# docs/selectors.md's sweep (every 50th question, --selector gap:20 ...) at all 20,963 paragraphs, on its every
+# other question (the 106 above): (EM %, F1 %, mean passages read) from its saved per-question values
+EXPECTED_ADAPTIVE_SWEEP_ALL_EVERY100 = {
+    "gap:20,5": (46.2264, 53.8423, 6.7642),
+    "threshold:0.55,20": (55.6604, 63.0365, 1.7736),
+}
+
+
 # bf16 as the full sweep read it, where the CPU has native bf16; elsewhere bf16 is emulated (about 5x slower
 # than float32) and float32 reads differ from the bf16 ones by one question of 106 at n >= 2 (measured), inside
 # the two-question tolerance below
@@ -292,9 +300,9 @@ HEADLINE_DTYPE = "bfloat16" if hardware.cpu_has_native_bf16() else "float32"
 @pytest.mark.slow
 def test_headline_full_sweep_on_a_slice(tmp_path):
     out = tmp_path / "out"
-    proc = run_sweep("--dataset", "squad_open", "--reader", READER, "--retriever", "bm25", "--n", "1-5", "--corpus-sizes", "all",
+    proc = run_sweep("--dataset", "squad_open", "--reader", READER, "--retriever", "bm25", "--n", "1-20", "--corpus-sizes", "all",
                      "--seeds", "1", "--every", "100", "--reader-dtype", HEADLINE_DTYPE, "--no-ordinal", "--no-plots",
-                     "--bootstrap", "100", "--metrics", "em,f1", "--out", out)
+                     "--thetas", "0.55", "--selector", "gap:20", "--bootstrap", "100", "--metrics", "em,f1", "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["questions"] == 106 and summary["corpus_sizes"] == [20963]
@@ -307,6 +315,13 @@ def test_headline_full_sweep_on_a_slice(tmp_path):
         assert float(row["answer_recall_mean"]) == pytest.approx(expected["answer_recall"][n - 1], abs=1e-5)
         assert 100 * float(row["em_mean"]) == pytest.approx(expected["em"][n - 1], abs=2 * 100 / 106 + 1e-3)  # expected: percent
         assert 100 * float(row["f1_mean"]) == pytest.approx(expected["f1"][n - 1], abs=2 * 100 / 106 + 1e-3)
+    # the adaptive-selector sweep of docs/selectors.md (every 50th question) at its largest corpus, on these 106:
+    # gap decides from retrieval scores alone (its n is exact), the threshold too; EM within two questions
+    for system, (em, f1, mean_n) in EXPECTED_ADAPTIVE_SWEEP_ALL_EVERY100.items():
+        row = rows[system]
+        assert float(row["mean_n_mean"]) == pytest.approx(mean_n, abs=1e-4), system
+        assert 100 * float(row["em_mean"]) == pytest.approx(em, abs=2 * 100 / 106 + 1e-3), system
+        assert 100 * float(row["f1_mean"]) == pytest.approx(f1, abs=2 * 100 / 106 + 1e-3), system
 
 
 def test_cli_bad_flags_fail_with_one_line(tmp_path):
