@@ -138,14 +138,24 @@ def _scorer(model: str, num_layers: int, device: str | None, is_default: bool, r
     return scorer
 
 
+_UNAVAILABLE_DEFAULTS: set[str] = set()  # default models that failed to load in this process (offline): not retried
+
+
 def _load_scorer(model, num_layers, device, rescale: bool, language: str, fallback: bool):
-    """(scorer, model name, layer, note or None): the default model, or the offline fallback when it cannot load."""
+    """(scorer, model name, layer, note or None): the default model, or the offline fallback when it cannot load.
+
+    A default model that could not be loaded is not tried again in the same process: offline, every attempt
+    waits for the hub client's retries (about 20 s), once per sweep level otherwise.
+    """
     name, layers, is_default = _resolve(model, num_layers, language)
+    use_fallback = is_default and fallback and num_layers is None
     try:
-        return _scorer(name, layers, device, is_default, rescale, language), name, layers, None
+        if not (use_fallback and name in _UNAVAILABLE_DEFAULTS):
+            return _scorer(name, layers, device, is_default, rescale, language), name, layers, None
     except UserError:
-        if not (is_default and fallback and num_layers is None):
+        if not use_fallback:
             raise
+        _UNAVAILABLE_DEFAULTS.add(name)
     fb_name, fb_layer = fallback_model()
     scorer = _scorer(fb_name, fb_layer, device, False, rescale, language)
     return scorer, fb_name, fb_layer, FALLBACK_NOTE.format(layer=fb_layer, default=name)
