@@ -8,7 +8,12 @@ Research with Sparse and Dense Representations").
 The index is built once per corpus content and analyzer settings and cached on
 disk (``<cache>/bm25/<key>``) by Anserini's multi-threaded ``IndexCollection``
 from JSONL files streamed out of the corpus (:mod:`retrievers.lucene`); k1 and b
-are search-time parameters.  Lucene's ``id`` field holds the corpus row number.
+are search-time parameters.  A cached index is checked before it is searched
+(every file's CRC-32 when its files changed since their last check:
+:func:`retrievers.lucene.verify_index`); a damaged one is removed with one
+``warning:`` line and rebuilt, never searched, and so is one that a Java error
+while opening or searching it shows to be damaged (the search then starts over on
+the rebuilt index).  A damaged ``index_path`` index is one ``error:`` line.  Lucene's ``id`` field holds the corpus row number.
 An existing Lucene index (``index_path``: a directory, e.g. built by
 ``python -m pyserini.index.lucene``, or a Pyserini prebuilt index name such as
 ``wikipedia-dpr-100w``) can be searched instead; its ids are matched to the
@@ -23,6 +28,7 @@ compiler for the helper, Pyserini's ``batch_search`` itself is used (one
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -167,18 +173,34 @@ class BM25Retriever(RetrieverBase):
 
         ensure_jvm()
         self.close()  # a retriever re-indexed (sweep levels) releases the previous index's readers
+        self._check = None
         if self.index_path:
             path, own = _existing_index(self.index_path), False
         else:
             path, own = self._cached_index(corpus), True
         self._size = len(corpus)
         self._path = path
+        self._own = own
+        self._corpus = corpus  # kept to rebuild our index should a search find it damaged
         self._lucene = None
+        from jnius import JavaException
+
+        try:
+            self._open(path, own, corpus)
+        except JavaException as e:
+            self.close()
+            self._after_java_error(e, "opening it")
+            self._open(path, own, corpus)
+        return self
+
+    def _open(self, path: Path, own: bool, corpus: Corpus) -> None:
         # Anserini's SimpleSearcher, configured exactly as Pyserini's LuceneSearcher configures it
         # (set_bm25, set_language); importing pyserini.search itself would load torch, FAISS and
         # transformers (30 s, 0.5 GB) for nothing
         from jnius import autoclass
 
+        self._lucene = None
+        self._opened = _identity(path)
         self._simple = autoclass("io.anserini.search.SimpleSearcher")(str(path))
         self._configure(self._simple)
         self._batch = None
@@ -187,7 +209,37 @@ class BM25Retriever(RetrieverBase):
             self._batch = self._batch_searcher(path, own, corpus)
         if self._batch is None and not own:
             self._id_rows = {str(x): i for i, x in enumerate(corpus.ids)}  # the fallback maps Pyserini's docids
-        return self
+
+    def _after_java_error(self, error: BaseException, doing: str) -> None:
+        """A Java exception while opening or searching the index: rebuild ours if a full check finds it damaged.
+
+        Returns when our index was damaged and is rebuilt (the caller reopens it and
+        starts over; nothing from the damaged index is kept).  A damaged index given
+        with ``index_path`` is one ``UserError`` line naming it.  An index that checks
+        sound re-raises ``error``: that failure is not the index's.
+        """
+        from retrievers.lucene import is_complete, verify_index
+
+        path = self._path
+        if not self._own:
+            check = verify_index(path, force=True, record=False)
+            if check.problem is not None:
+                raise UserError(f"{path}: the BM25 index is damaged ({check.problem}); rebuild it and rerun") from None
+            if doing == "opening it":
+                from retrievers.lucene import java_error_line
+
+                raise UserError(f"{path}: cannot open this Lucene index ({java_error_line(error)})") from None
+            raise error
+        corpus = self._corpus
+        with _cache_lock(path):
+            if _identity(path) != self._opened and is_complete(path):
+                return  # another process found it damaged and rebuilt it meanwhile: search the new one
+            check = verify_index(path, force=True) if is_complete(path) else None
+            if check is not None and check.problem is None:
+                raise error
+            problem = check.problem if check is not None else "its build record _COMPLETE is gone"
+            self._discard(path, f"{problem}; found {doing}")
+            self._build(corpus, path)
 
     def close(self) -> None:
         """Close the Lucene readers this retriever opened (``index`` reopens)."""
@@ -218,27 +270,61 @@ class BM25Retriever(RetrieverBase):
         return self._lucene
 
     def _cached_index(self, corpus: Corpus) -> Path:
-        from retrievers.lucene import build_index, is_complete
+        """Our index of ``corpus``: built when missing, checked (:func:`retrievers.lucene.verify_index`) when found;
+        a damaged one is removed with one ``warning:`` line and rebuilt, never searched."""
+        from retrievers.lucene import is_complete, verify_index
 
         key = self.index_key(corpus)
         root = Path(self.index_dir) if self.index_dir else cache_dir("bm25")
-        root.mkdir(parents=True, exist_ok=True)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"{root}: cannot create the BM25 index directory ({e.strerror or e})") from None
         path = root / key
-        with FileLock(str(root / f"{key}.lock")):
+        with _cache_lock(path):
+            if is_complete(path):
+                check = verify_index(path)
+                self._check = check.facts()
+                if check.problem is not None:
+                    self._discard(path, check.problem)
             if not is_complete(path):
-                build_index(lambda: self._indexed_chunks(corpus), len(corpus), path, language=self.language,
-                            pretokenized=self.pretokenize is not None, threads=self.threads,
-                            slices=self._indexed_slices(corpus))
+                self._build(corpus, path)
         return path
+
+    def _build(self, corpus: Corpus, path: Path) -> None:
+        """Build our index of ``corpus`` at ``path`` (call under :func:`_cache_lock`)."""
+        from retrievers.lucene import build_index
+
+        counters = build_index(lambda: self._indexed_chunks(corpus), len(corpus), path, language=self.language,
+                               pretokenized=self.pretokenize is not None, threads=self.threads,
+                               slices=self._indexed_slices(corpus))
+        self._check = {"checksums": "all files, after the build", "seconds": counters.get("check_seconds")}
+
+    @staticmethod
+    def _discard(path: Path, problem: str) -> None:
+        from data.io import warn
+        from retrievers.lucene import discard_index
+
+        warn(f"{path}: cached BM25 index is damaged ({problem}); removed and rebuilt")
+        discard_index(path)
 
     def _batch_searcher(self, path: Path, own: bool, corpus: Corpus):
         from retrievers.java import helper_available, jvm_info
-        from retrievers.lucene import BatchSearcher, ids_as_bytes, rows_for_ids
+        from retrievers.lucene import BatchSearcher
 
         if not helper_available():
             _warn_once(f"bm25: {jvm_info()['batch_helper_problem']}; searching with Pyserini's batch_search (slower at depth)")
             return None
         batch = BatchSearcher(path, self._simple)
+        try:
+            return self._map_rows(batch, path, own, corpus)
+        except BaseException:
+            batch.close()  # not kept: its reader is closed here
+            raise
+
+    def _map_rows(self, batch, path: Path, own: bool, corpus: Corpus):
+        from retrievers.lucene import ids_as_bytes, rows_for_ids
+
         if own:
             bad = batch.map_row_ids(len(corpus))
             if bad:
@@ -261,10 +347,23 @@ class BM25Retriever(RetrieverBase):
             raise RuntimeError("call index(corpus) before search()")
         if k < 1:
             raise UserError(f"bm25: k must be >= 1 (got {k})")
-        k_eff = min(k, self._size)
         texts = list(query_texts)
         if self.pretokenize is not None:
             texts = [" ".join(self.pretokenize(t)) for t in texts]
+        from jnius import JavaException
+
+        try:
+            return self._search(texts, k, batch_size)
+        except JavaException as e:
+            # a failure that a damaged index explains: ours is checked, rebuilt if damaged, and every query searched
+            # again from the start (nothing the damaged index returned is kept); anything else is raised as it is
+            self.close()
+            self._after_java_error(e, "searching it")
+            self._open(self._path, self._own, self._corpus)
+            return self._search(texts, k, batch_size)
+
+    def _search(self, texts: list[str], k: int, batch_size: int) -> Ranking:
+        k_eff = min(k, self._size)
         threads = self.threads or max(1, os.cpu_count() or 1)
         batch_size = max(1, min(batch_size, (32 << 20) // k_eff))  # one batch's hits stay under 256 MB in Java
         ids = np.full((len(texts), k_eff), -1, dtype=np.int64)
@@ -303,6 +402,8 @@ class BM25Retriever(RetrieverBase):
         if batch is not None:
             facts["id_order_seconds"] = round(batch.id_order_seconds, 3)
             facts["term_at_a_time_from_k"] = batch.term_at_a_time_from_k
+        if getattr(self, "_check", None):  # how our index was found sound this time (verify_index)
+            facts["index_check"] = self._check
         done = Path(facts["index"]) / "_COMPLETE" if facts["index"] else None
         if done is not None and done.is_file():  # how our index was built (when, by this or an earlier run)
             try:
@@ -310,6 +411,29 @@ class BM25Retriever(RetrieverBase):
             except (OSError, ValueError):
                 pass
         return facts
+
+
+def _identity(path: Path) -> int | None:
+    """The index directory's inode: a rebuilt index is a new directory renamed into place."""
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def _cache_lock(path: Path):
+    """The file lock of one cached index (``<key>.lock`` beside it); an unwritable cache is one ``UserError`` line."""
+    lock = FileLock(str(path.parent / f"{path.name}.lock"))
+    try:
+        lock.acquire()
+    except OSError as e:
+        raise UserError(f"{path.parent}: the BM25 index cache is not writable ({e.strerror or e}); "
+                        "make it writable or set QA_CACHE_DIR to a writable directory") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _warn_once(message: str) -> None:
