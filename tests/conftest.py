@@ -8,6 +8,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("QA_DATA_DIR", str((ROOT / ".." / "shared" / "data").resolve()))
+# QA_DATA_DIR=../shared/data (relative, as the docs write it) must still find the data from the temporary
+# directories some tests run commands in
+os.environ["QA_DATA_DIR"] = str(Path(os.environ["QA_DATA_DIR"]).resolve())
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
