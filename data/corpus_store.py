@@ -618,18 +618,10 @@ def _reason(e: OSError) -> str:
 
 
 def _discard(directory: Path) -> None:
-    """Remove a damaged store: renamed aside first (a reader never finds it half-removed), then deleted."""
-    if not directory.exists():
-        return
-    try:
-        aside = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
-        os.replace(directory, aside)  # onto the empty directory just made; removed as a killed build's leftover
-    except FileNotFoundError:  # another process removed it meanwhile
-        shutil.rmtree(aside, ignore_errors=True)
-        return
-    except OSError as e:
-        raise UserError(f"{directory}: cannot remove the damaged corpus store ({_reason(e)}); delete it and rerun") from None
-    shutil.rmtree(aside, ignore_errors=True)
+    """Remove a damaged store (:func:`data.io.discard_directory`: a reader never finds it half-removed)."""
+    from data.io import discard_directory
+
+    discard_directory(directory, "corpus store")
 
 
 @contextlib.contextmanager

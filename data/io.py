@@ -309,3 +309,28 @@ def remembered_sha256_file(path: Path) -> str:
     except UserError:
         pass
     return digest
+
+
+def discard_directory(path: Path, what: str) -> None:
+    """Remove a damaged cache entry ``path`` (a directory): renamed aside first, onto an empty hidden directory
+    beside it, so nothing is ever found half-removed at ``path``; then deleted.  ``what`` names it in the one-line
+    error when it cannot be moved (``cannot remove the damaged <what>``)."""
+    import shutil
+
+    from data.errors import UserError
+
+    path = Path(path)
+    if not path.exists():
+        return
+    aside = None
+    try:
+        aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.damaged.", suffix=".tmp", dir=path.parent))
+        os.replace(path, aside)  # onto the empty directory just made
+    except FileNotFoundError:  # another process removed it meanwhile
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+        return
+    except OSError as e:
+        reason = os.strerror(e.errno) if e.errno else " ".join(str(e).split())
+        raise UserError(f"{path}: cannot remove the damaged {what} ({reason}); delete it and rerun") from None
+    shutil.rmtree(aside, ignore_errors=True)

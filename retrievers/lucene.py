@@ -618,19 +618,10 @@ def java_error_line(error) -> str:
 
 
 def discard_index(path: Path) -> None:
-    """Remove a damaged index: renamed aside first (nothing is ever found half-removed at ``path``), then deleted."""
-    path = Path(path)
-    if not path.exists():
-        return
-    try:
-        aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.damaged.", dir=path.parent))
-        os.replace(path, aside)  # onto the empty directory just made
-    except FileNotFoundError:  # another process removed it meanwhile
-        shutil.rmtree(aside, ignore_errors=True)
-        return
-    except OSError as e:
-        raise UserError(f"{path}: cannot remove the damaged BM25 index ({e.strerror or e}); delete it and rerun") from None
-    shutil.rmtree(aside, ignore_errors=True)
+    """Remove a damaged index (:func:`data.io.discard_directory`: nothing is ever found half-removed at ``path``)."""
+    from data.io import discard_directory
+
+    discard_directory(path, "BM25 index")
 
 
 # ---------------------------------------------------------------------------- searching
