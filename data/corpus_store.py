@@ -41,7 +41,7 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 
 from data.errors import UserError
-from data.io import warn
+from data.io import entry_lock, os_reason, warn
 
 STORE_VERSION = "1"
 FILE_NAME = "passages.arrow"
@@ -392,7 +392,7 @@ def build_store(
     from tqdm.auto import tqdm
 
     directory = Path(directory)
-    with _store_lock(directory):
+    with entry_lock(directory, "corpus store"):
         if directory.exists():  # built by another process meanwhile, or found damaged (checked again, under the lock)
             problem = check_store(directory)
             if problem is None:
@@ -407,7 +407,7 @@ def build_store(
         try:
             tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
         except OSError as e:
-            raise UserError(f"{directory.parent}: cannot write the corpus store there ({_reason(e)})") from None
+            raise UserError(f"{directory.parent}: cannot write the corpus store there ({os_reason(e)})") from None
         try:
             t0 = time.perf_counter()
             schema = _schema()
@@ -485,7 +485,7 @@ def build_store(
             _fsync(directory.parent)
         except OSError as e:  # a full disk, an unwritable cache: one line, nothing half-written left
             shutil.rmtree(tmp, ignore_errors=True)
-            raise UserError(f"{e.filename or directory}: corpus store build failed ({_reason(e)})") from None
+            raise UserError(f"{e.filename or directory}: corpus store build failed ({os_reason(e)})") from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -521,7 +521,7 @@ def check_store(directory: str | os.PathLike, *, force: bool = False) -> str | N
     except FileNotFoundError:
         return f"{MANIFEST} is missing"
     except (OSError, ValueError) as e:
-        return f"{MANIFEST} is unreadable ({_reason(e) if isinstance(e, OSError) else 'not JSON'})"
+        return f"{MANIFEST} is unreadable ({os_reason(e) if isinstance(e, OSError) else 'not JSON'})"
     if not isinstance(manifest, dict) or not {"key", "rows"} <= set(manifest):
         return f"{MANIFEST} lacks the store's key or row count"
     if str(manifest["key"]) != directory.name:  # the key is the directory's name and what indexes of it are keyed by
@@ -531,14 +531,14 @@ def check_store(directory: str | os.PathLike, *, force: bool = False) -> str | N
     except FileNotFoundError:
         return f"{FILE_NAME} is missing"
     except OSError as e:
-        return f"{FILE_NAME}: {_reason(e)}"
+        return f"{FILE_NAME}: {os_reason(e)}"
     built = manifest.get("file_bytes")
     if isinstance(built, int) and size != built:
         return f"{FILE_NAME} has {size} bytes, its build wrote {built}"
     try:
         stamp = _stamp(directory)
     except OSError as e:
-        return f"cannot list it ({_reason(e)})"
+        return f"cannot list it ({os_reason(e)})"
     if not force:
         try:
             seen = json.loads((directory / VERIFIED).read_text(encoding="utf-8"))
@@ -550,7 +550,7 @@ def check_store(directory: str | os.PathLike, *, force: bool = False) -> str | N
         try:
             crc, _ = _crc32_file(directory / FILE_NAME)
         except OSError as e:
-            return f"{FILE_NAME}: read error ({_reason(e)})"
+            return f"{FILE_NAME}: read error ({os_reason(e)})"
         if f"{crc:08x}" != manifest["crc32"]:
             return f"{FILE_NAME}: checksum mismatch (manifest {manifest['crc32']}, file {crc:08x})"
     else:
@@ -612,33 +612,11 @@ def _crc32_file(path: Path, block: int = 8 << 20) -> tuple[int, int]:
     return crc, size
 
 
-def _reason(e: OSError) -> str:
-    """An OSError's reason without its file name (Arrow's errors carry the errno in their text)."""
-    return os.strerror(e.errno) if e.errno else " ".join(str(e).split())
-
-
 def _discard(directory: Path) -> None:
     """Remove a damaged store (:func:`data.io.discard_directory`: a reader never finds it half-removed)."""
     from data.io import discard_directory
 
     discard_directory(directory, "corpus store")
-
-
-@contextlib.contextmanager
-def _store_lock(directory: Path):
-    """The build lock of one store (``<key>.lock`` beside it); an unwritable cache is one ``UserError`` line."""
-    from data.io import file_lock
-
-    try:
-        lock = file_lock(directory.parent / f"{directory.name}.lock")
-        lock.acquire()
-    except OSError as e:
-        raise UserError(f"{directory.parent}: the corpus store cache is not writable ({_reason(e)}); "
-                        "make it writable or set QA_CACHE_DIR to a writable directory") from None
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 def cached_store(

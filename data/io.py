@@ -311,6 +311,31 @@ def remembered_sha256_file(path: Path) -> str:
     return digest
 
 
+def os_reason(e: OSError) -> str:
+    """An OSError's reason without its file name (``No space left on device``; Arrow's errors carry the errno in
+    their text, so without an errno the text itself)."""
+    return os.strerror(e.errno) if e.errno else " ".join(str(e).split())
+
+
+@contextlib.contextmanager
+def entry_lock(path: str | os.PathLike, what: str):
+    """The build lock of one cache entry ``path`` (``<name>.lock`` beside it, :func:`file_lock`); an unwritable
+    cache is one ``UserError`` line naming the ``what`` cache."""
+    from data.errors import UserError
+
+    path = Path(path)
+    try:
+        lock = file_lock(path.parent / f"{path.name}.lock")
+        lock.acquire()
+    except OSError as e:
+        raise UserError(f"{path.parent}: the {what} cache is not writable ({os_reason(e)}); "
+                        "make it writable or set QA_CACHE_DIR to a writable directory") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def discard_directory(path: Path, what: str) -> None:
     """Remove a damaged cache entry ``path`` (a directory): renamed aside first, onto an empty hidden directory
     beside it, so nothing is ever found half-removed at ``path``; then deleted.  ``what`` names it in the one-line
@@ -331,6 +356,5 @@ def discard_directory(path: Path, what: str) -> None:
             shutil.rmtree(aside, ignore_errors=True)
         return
     except OSError as e:
-        reason = os.strerror(e.errno) if e.errno else " ".join(str(e).split())
-        raise UserError(f"{path}: cannot remove the damaged {what} ({reason}); delete it and rerun") from None
+        raise UserError(f"{path}: cannot remove the damaged {what} ({os_reason(e)}); delete it and rerun") from None
     shutil.rmtree(aside, ignore_errors=True)

@@ -111,7 +111,7 @@ def plot_cost(rows: Sequence[dict], stem: str | Path, *, title: str = "") -> lis
         ax.grid(True, alpha=0.3)
     for ax in list(axes.flat)[len(sizes):]:
         ax.axis("off")
-    handles, labels = {}, []
+    handles = {}
     for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)

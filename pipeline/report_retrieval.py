@@ -135,27 +135,6 @@ preset();
 
 
 # ------------------------------------------------------------------ the files
-def read_run_trec(path: Path) -> dict[str, list[tuple[int, str, float]]]:
-    """``qid -> [(rank, docid, score)]`` in rank order, as run.trec writes them."""
-    from data.errors import UserError
-
-    out: dict[str, list[tuple[int, str, float]]] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 6:
-                raise UserError(f"{path}:{n}: expected 6 fields 'qid Q0 docid rank score tag'")
-            try:
-                out.setdefault(parts[0], []).append((int(parts[3]), parts[2], float(parts[4])))
-            except ValueError:
-                raise UserError(f"{path}:{n}: rank {parts[3]!r} or score {parts[4]!r} is not a number") from None
-    for hits in out.values():
-        hits.sort(key=lambda h: h[0])
-    return out
-
-
 def read_relevant(directory: Path) -> dict[str, dict[str, int]] | None:
     """``qid -> {docid: grade}`` of the gold passages (grade > 0), from qrels.tsv or qrels.trec; None when neither."""
     from eval.qrels import read_qrels
@@ -251,11 +230,12 @@ def retrieval_data(directory: str | Path, metrics: dict, *, top: int = TOP, char
                    page_key: str = "rpage", data_dir: str | None = None) -> dict:
     """What the retrieval browser shows, as JSON-able data (see the module docstring)."""
     from data.errors import UserError
+    from retrievers.trec import read_run
 
     directory = Path(directory)
     if not (directory / "run.trec").is_file():
         raise UserError(f"{directory}: no run.trec")
-    run = read_run_trec(directory / "run.trec")
+    run = read_run(directory / "run.trec")
     relevant = read_relevant(directory)
     if relevant is None:
         raise UserError(f"{directory}: no qrels.tsv or qrels.trec")

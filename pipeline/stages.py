@@ -309,16 +309,19 @@ def candidates_for(dataset: Dataset, ranking: Ranking, depth: int, unit: str = "
     return Candidates(rows, queries, passages, bearing)
 
 
-def em_every_n(reads: TopReads, passages: Passages, answers, language: str = "en", mu: float = 1.0) -> np.ndarray:
-    """``[Q, N]`` exact match of the answer chosen among the top n, for every n (one running argmax)."""
-    from eval.answer_metrics import exact_match
+def metric_every_n(name: str, reads, chosen: np.ndarray, golds, language: str) -> np.ndarray:
+    """``[Q, N]`` values of a registered per-answer metric for the answer chosen at every n
+    (each distinct (question, passage) answer scored once)."""
+    from eval.registry import answer_metric
 
-    chosen = answers_every_n(reads, passages, mu)
-    out = np.zeros(chosen.shape, dtype=np.float64)
+    metric = answer_metric(name)
+    out = np.full(chosen.shape, np.nan, dtype=np.float32)
     for q in range(chosen.shape[0]):
-        gold = [g for g in answers[q] if isinstance(g, str)]
+        gold = [g for g in golds[q] if isinstance(g, str)]
+        if not gold or chosen.shape[1] == 0:
+            continue
         cols, inverse = np.unique(chosen[q], return_inverse=True)
-        values = np.array([exact_match(reads.texts[q][c] if c >= 0 else "", gold, language) if gold else np.nan for c in cols])
+        values = np.array([metric.score(reads.texts[q][c] if c >= 0 else "", gold, language) for c in cols], dtype=np.float32)
         out[q] = values[inverse]
     return out
 
@@ -342,6 +345,7 @@ def fit_selector(selector, train: Dataset, ranking: Ranking, depth: int, unit: s
     if limit and len(found.rows) > limit:
         found = found.subset(np.arange(limit))
     reads = read_top(reader, found.queries.texts, found.passages, cache=cache)
-    correct = em_every_n(reads, found.passages, found.queries.answers, found.queries.language, mu)
+    correct = metric_every_n("em", reads, answers_every_n(reads, found.passages, mu), found.queries.answers,
+                             found.queries.language)
     return selector.fit(found.passages.retriever_scores, found.first_relevant(),
                         answer_scores=answer_scores(reads, found.passages, mu), correct=correct)

@@ -152,7 +152,8 @@ def score_every_n(reads, passages, golds, language: str = "en", mu: float = 1.0)
     from pipeline import stages
 
     chosen = stages.answers_every_n(reads, passages, mu=mu)
-    return metric_every_n("em", reads, chosen, golds, language), metric_every_n("f1", reads, chosen, golds, language), chosen
+    return (stages.metric_every_n("em", reads, chosen, golds, language), stages.metric_every_n("f1", reads, chosen, golds, language),
+            chosen)
 
 
 def gold_hits(passages, queries, corpus) -> np.ndarray:
@@ -224,7 +225,7 @@ def evaluate_level(
     t0 = time.perf_counter()
     em, f1, chosen = score_every_n(reads, passages, qs.answers, qs.language, mu)
     bert, bert_info = (None, None) if bertscore is None else bert_f1_every_n(reads, chosen, qs.answers, bertscore)
-    more = {name: metric_every_n(name, reads, chosen, qs.answers, qs.language)
+    more = {name: stages.metric_every_n(name, reads, chosen, qs.answers, qs.language)
             for name in metrics if name not in ("em", "f1", "bert_f1")}
     first_rel = found.first_relevant()
     sys_n = np.zeros((len(qs), len(selectors)), dtype=np.int64)
@@ -242,23 +243,6 @@ def evaluate_level(
     if bert_info is not None:
         info["bert_f1"] = bert_info
     return LevelResult(em, f1, bearing, hits, [s.spec for s in selectors], sys_n, info, bert, more)
-
-
-def metric_every_n(name: str, reads, chosen: np.ndarray, golds, language: str) -> np.ndarray:
-    """``[Q, N]`` values of a registered per-answer metric for the answer chosen at every n
-    (each distinct (question, passage) answer scored once)."""
-    from eval.registry import answer_metric
-
-    metric = answer_metric(name)
-    out = np.full(chosen.shape, np.nan, dtype=np.float32)
-    for q in range(chosen.shape[0]):
-        gold = [g for g in golds[q] if isinstance(g, str)]
-        if not gold or chosen.shape[1] == 0:
-            continue
-        cols, inverse = np.unique(chosen[q], return_inverse=True)
-        values = np.array([metric.score(reads.texts[q][c] if c >= 0 else "", gold, language) for c in cols], dtype=np.float32)
-        out[q] = values[inverse]
-    return out
 
 
 def bert_f1_every_n(reads, chosen: np.ndarray, golds, bertscore: dict) -> tuple[np.ndarray, dict]:
@@ -805,11 +789,7 @@ def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict, 
                                title=f"{plan.dataset.name} {plan.dataset.split}: {ylabel} vs n")
     reg = summary["regret"]
     picks = [f"top:{n}" for n in (1, 5, 10) if n <= plan.n_max]
-    for key in ("best_threshold", "ordinal", "oracle"):
-        if reg.get(key):
-            picks.append(reg[key]["system"])
-    picks += [best["system"] for fam, best in (reg.get("by_family") or {}).items()
-              if best and fam not in ("top", "threshold", "ordinal", "oracle")]  # gap, rlt, confidence, plugins
+    picks += [best["system"] for fam, best in reg["by_family"].items() if fam != "top"]  # the best of every selector family
     curves = []
     for name in picks:
         rs = sorted((r for r in agg_rows if r["system"] == name), key=lambda r: r["corpus_size"])

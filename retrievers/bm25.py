@@ -28,7 +28,6 @@ compiler for the helper, Pyserini's ``batch_search`` itself is used (one
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -36,11 +35,10 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
-from filelock import FileLock
 from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
 from data.errors import UserError
-from data.io import cache_dir, sha256_text
+from data.io import cache_dir, entry_lock, sha256_text
 from data.types import Corpus
 from retrievers.base import RetrieverBase
 from retrievers.types import Ranking
@@ -231,7 +229,7 @@ class BM25Retriever(RetrieverBase):
                 raise UserError(f"{path}: cannot open this Lucene index ({java_error_line(error)})") from None
             raise error
         corpus = self._corpus
-        with _cache_lock(path):
+        with entry_lock(path, "BM25 index"):
             if _identity(path) != self._opened and is_complete(path):
                 return  # another process found it damaged and rebuilt it meanwhile: search the new one
             check = verify_index(path, force=True) if is_complete(path) else None
@@ -281,7 +279,7 @@ class BM25Retriever(RetrieverBase):
         except OSError as e:
             raise UserError(f"{root}: cannot create the BM25 index directory ({e.strerror or e})") from None
         path = root / key
-        with _cache_lock(path):
+        with entry_lock(path, "BM25 index"):
             if is_complete(path):
                 check = verify_index(path)
                 self._check = check.facts()
@@ -292,7 +290,7 @@ class BM25Retriever(RetrieverBase):
         return path
 
     def _build(self, corpus: Corpus, path: Path) -> None:
-        """Build our index of ``corpus`` at ``path`` (call under :func:`_cache_lock`)."""
+        """Build our index of ``corpus`` at ``path`` (call under its :func:`data.io.entry_lock`)."""
         from retrievers.lucene import build_index
 
         counters = build_index(lambda: self._indexed_chunks(corpus), len(corpus), path, language=self.language,
@@ -419,21 +417,6 @@ def _identity(path: Path) -> int | None:
         return os.stat(path).st_ino
     except OSError:
         return None
-
-
-@contextlib.contextmanager
-def _cache_lock(path: Path):
-    """The file lock of one cached index (``<key>.lock`` beside it); an unwritable cache is one ``UserError`` line."""
-    lock = FileLock(str(path.parent / f"{path.name}.lock"))
-    try:
-        lock.acquire()
-    except OSError as e:
-        raise UserError(f"{path.parent}: the BM25 index cache is not writable ({e.strerror or e}); "
-                        "make it writable or set QA_CACHE_DIR to a writable directory") from None
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 def _warn_once(message: str) -> None:

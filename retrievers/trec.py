@@ -23,20 +23,35 @@ def write_trec_run(path: str | Path, ranking: Ranking, query_ids: Sequence[str],
                     f.write(f"{qid} Q0 {doc_ids[cid]} {j + 1} {float(s):.6f} {tag}\n")
 
 
-def read_trec_run(path: str | Path, query_ids: Sequence[str], doc_ids: Sequence[str]) -> Ranking:
-    """Read a TREC run back into a Ranking over the given query/doc id lists."""
-    qpos = {q: i for i, q in enumerate(query_ids)}
-    dpos = {d: i for i, d in enumerate(doc_ids)}
-    rows: dict[int, list[tuple[float, int]]] = {}
+def read_run(path: str | Path) -> dict[str, list[tuple[int, str, float]]]:
+    """``qid -> [(rank, docid, score)]`` in rank order: a TREC run as its lines say, no corpus needed."""
+    out: dict[str, list[tuple[int, str, float]]] = {}
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             parts = line.split()
+            if not parts:
+                continue
             if len(parts) != 6:
-                raise UserError(f"{path}: line {n}: expected 6 fields 'qid Q0 docid rank score tag'")
-            qid, _, did, _, score, _ = parts
+                raise UserError(f"{path}:{n}: expected 6 fields 'qid Q0 docid rank score tag'")
+            try:
+                out.setdefault(parts[0], []).append((int(parts[3]), parts[2], float(parts[4])))
+            except ValueError:
+                raise UserError(f"{path}:{n}: rank {parts[3]!r} or score {parts[4]!r} is not a number") from None
+    for hits in out.values():
+        hits.sort(key=lambda h: h[0])
+    return out
+
+
+def read_trec_run(path: str | Path, query_ids: Sequence[str], doc_ids: Sequence[str]) -> Ranking:
+    """Read a TREC run back into a Ranking over the given query/doc id lists (hits by descending score)."""
+    qpos = {q: i for i, q in enumerate(query_ids)}
+    dpos = {d: i for i, d in enumerate(doc_ids)}
+    rows: dict[int, list[tuple[float, int]]] = {}
+    for qid, hits in read_run(path).items():
+        for _, did, score in hits:
             if qid not in qpos or did not in dpos:
-                raise UserError(f"{path}: line {n}: unknown query {qid!r} or document {did!r}")
-            rows.setdefault(qpos[qid], []).append((float(score), dpos[did]))
+                raise UserError(f"{path}: unknown query {qid!r} or document {did!r}")
+            rows.setdefault(qpos[qid], []).append((score, dpos[did]))
     depth = max((len(v) for v in rows.values()), default=0)
     ids = np.full((len(query_ids), depth), -1, dtype=np.int64)
     scores = np.full((len(query_ids), depth), -np.inf, dtype=np.float32)

@@ -117,7 +117,6 @@ class Confidence(Selector):
         t = self.threshold_ if threshold is None else threshold
         retrieval = check_scores(retrieval_scores)
         answer = np.asarray(answer_scores, dtype=np.float64)[:, :tau]
-        q = len(retrieval)
         cap = np.minimum(valid_counts(retrieval[:, :tau]), min(tau, retrieval.shape[1]))
         n_read = cap if n_read is None else np.minimum(np.asarray(n_read, dtype=np.int64), cap)
         width = answer.shape[1]
@@ -125,7 +124,7 @@ class Confidence(Selector):
         sig = running_signal(np.where(read, answer, -np.inf), self.signal)
         holds = read & (np.nan_to_num(sig, nan=-np.inf) >= t)
         first = np.where(holds.any(axis=1), holds.argmax(axis=1) + 1, 0)
-        return np.where(first > 0, first, np.where(n_read >= cap, cap, 0)).astype(np.int64)[:q]
+        return np.where(first > 0, first, np.where(n_read >= cap, cap, 0)).astype(np.int64)
 
     def predict(self, scores, first_relevant_rank=None, answer_scores=None) -> np.ndarray:
         """The stop n of every question when its top τ have been read (``answer_scores`` ``[Q, >=τ]``)."""
@@ -148,7 +147,6 @@ class Confidence(Selector):
         correct = np.asarray(correct, dtype=np.float64)[:, :tau]
         if len(scores) < 2:
             raise UserError(f"selector {self.spec}: fitting needs at least 2 training questions, got {len(scores)}")
-        cap = np.minimum(valid_counts(scores[:, :tau]), min(tau, scores.shape[1]))
         sig = running_signal(answer, self.signal)
         values = sig[np.isfinite(sig)]
         if values.size == 0:
