@@ -66,7 +66,7 @@ def validate_squad(squad: Any, *, name: str = "<squad>", skip_bad_records: bool 
         if not isinstance(obj, dict) or key not in obj:
             raise UserError(f"{name}: {where}: missing field '{key}'")
         val = obj[key]
-        if not isinstance(val, typ):
+        if not isinstance(val, typ) or isinstance(val, bool):  # (JSON true/false is no id, text or offset)
             raise UserError(f"{name}: {where}.{key}: expected {_tname(typ)}, got {type(val).__name__}")
         return val
 
@@ -99,6 +99,8 @@ def validate_squad(squad: Any, *, name: str = "<squad>", skip_bad_records: bool 
                     for k, ans in enumerate(answers):
                         where_a = f"{where_q}.answers[{k}]"
                         text = need(ans, "text", str, where_a)
+                        if not text.strip():
+                            raise UserError(f"{name}: {where_a}.text: empty answer")
                         start = need(ans, "answer_start", int, where_a)
                         if isinstance(start, bool) or not 0 <= start < max(len(context), 1):
                             raise UserError(

@@ -1,0 +1,357 @@
+"""Fuzzing every input format we read, with hypothesis.
+
+For each format two properties run on generated files:
+
+* **valid** -- files built by this test from records it generated; the parse must give back exactly those
+  records (the test's own construction is the expected value, not the parser's output);
+* **damaged** -- a valid file with one mutation (truncation, a field of the wrong type, a missing field,
+  bytes that are not UTF-8, a byte-order mark, a duplicated id, blank lines, a wrong column count, NaN or
+  huge numbers...).  Each mutation says what it must give: ``error`` (garbage: a ``data.errors.UserError``
+  is the only right answer, never a silent parse), ``same`` (a harmless change: the original records, or a
+  ``UserError``) or ``prefix`` (a cut at a line end: the first records, or a ``UserError``).  Any other
+  exception (a traceback) fails.  A ``UserError`` must be one line naming the file and where in it
+  (``FILE:LINE``, ``line N``, ``record N`` or a field path such as ``data[0].paragraphs[1].qas[0].id``);
+  messages about the whole file (an empty corpus, a duplicated id) name the file and the id.
+
+Formats (the ``format`` key of the report): ``squad`` (``data.squad.load_squad_json``), ``dpr-tsv`` and
+``pyserini`` and ``beir-corpus`` (``open:`` corpora through ``data.open_domain.open_corpus_store``, Arrow
+and Python readers), ``dpr-csv`` and ``drqa-jsonl`` (``open:`` questions through ``data.open_domain.load_open``),
+``beir`` (``data.beir.read_beir_dir``: corpus.jsonl, queries.jsonl, qrels tsv), ``trec-run``
+(``retrievers.trec.read_run``), ``per-query`` (``pipeline.compare.load_run``), ``config`` (``--config``
+YAML/TOML through ``pipeline.cli.config_from_argv``), ``retriever-spec`` (``retrievers.registry.make_retriever``)
+and ``selector-spec`` (``selection.registry.parse_selector``); ``cli`` runs damaged files through the real
+commands (``pipeline.run --dataset``, ``--config``, ``pipeline.compare``) and wants exit status 2 and exactly
+one ``error:`` line on stderr, no traceback, nothing in ``--out``.
+
+Budget: the default run tries a few dozen cases per property (the file takes about 30 s on a 2-core machine).
+``QA_FUZZ_EXAMPLES=N`` makes every property try ``N`` cases (a long run: ``QA_FUZZ_EXAMPLES=2000``).
+
+Report: with ``QA_FUZZ_REPORT=PATH.json`` every property appends one object to the JSON list in that file
+(created when missing; written atomically under a lock, so parallel runs may share it)::
+
+    [{"format": "squad", "cases_tried": 40, "failures": 0}, ...]
+
+``cases_tried`` counts the examples hypothesis ran (shrinking included) and ``failures`` those that failed;
+a format appears once per property (sum them per format).  Hypothesis' example database is off: nothing is
+written into the working tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import gzip
+import io
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from data.errors import UserError
+from tests.conftest import DATA, ROOT
+
+EXAMPLES = int(os.environ.get("QA_FUZZ_EXAMPLES") or 0)
+
+
+def fuzz_settings(default: int):
+    """``max_examples``: ``default``, or ``$QA_FUZZ_EXAMPLES`` for a long run."""
+    return settings(max_examples=EXAMPLES or default, deadline=None, database=None, derandomize=False,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture])
+
+
+# ------------------------------------------------------------------ report
+class Tally:
+    """Counts the cases one property tried and failed; :meth:`run` appends them to ``$QA_FUZZ_REPORT``."""
+
+    def __init__(self, fmt: str):
+        self.fmt, self.tried, self.failures = fmt, 0, 0
+
+    @contextlib.contextmanager
+    def case(self):
+        self.tried += 1
+        try:
+            yield
+        except BaseException:
+            self.failures += 1
+            raise
+
+    def run(self, prop) -> None:
+        try:
+            prop()
+        finally:
+            append_report({"format": self.fmt, "cases_tried": self.tried, "failures": self.failures})
+
+
+def append_report(entry: dict) -> None:
+    target = os.environ.get("QA_FUZZ_REPORT")
+    if not target:
+        return
+    from data.io import file_lock, write_json
+
+    path = Path(target)
+    with file_lock(path.with_name(path.name + ".lock")):
+        rows = json.loads(path.read_text(encoding="utf-8")) if path.is_file() and path.stat().st_size else []
+        if not isinstance(rows, list):
+            raise ValueError(f"{path}: QA_FUZZ_REPORT must hold a JSON list")
+        rows.append(entry)
+        write_json(path, rows)
+
+
+# ------------------------------------------------------------- the checks
+LINE_LOCATOR = re.compile(r":\d+\b|\bline \d+\b|\brecord \d+\b|\bbyte \d+\b")
+FIELD_LOCATOR = re.compile(r"\w\[\d+\]|\btop level\b|\b[a-z_]+\.[a-z_]+\b")
+
+
+def check_error(err: BaseException, path: Path | str, *, whole_file: tuple[str, ...] = (), fields: bool = False):
+    """``err`` is a one-line UserError naming ``path`` and a line (or field path), or one of the ``whole_file`` phrases."""
+    assert isinstance(err, UserError), f"{type(err).__name__}: {err}"
+    msg = str(err)
+    assert msg and "\n" not in msg and "\r" not in msg, msg
+    path = str(path)
+    assert path in msg or Path(path).name in msg, f"the error does not name {path}: {msg}"
+    rest = msg.replace(path, "FILE")
+    located = LINE_LOCATOR.search(rest) or (fields and FIELD_LOCATOR.search(rest))
+    assert located or any(p in rest for p in whole_file), f"the error names no line or field: {msg}"
+
+
+def outcome(parse, path, expect: str, value=None, *, whole_file=(), fields=False, equal=None):
+    """Run ``parse()`` and check it against ``expect`` (``ok``/``same``/``prefix``/``error``, see the module doc)."""
+    try:
+        got = parse()
+    except UserError as e:
+        assert expect != "ok", f"a valid file was refused: {e}"
+        check_error(e, path, whole_file=whole_file, fields=fields)
+        return None
+    assert expect != "error", f"damaged input was accepted: {got!r:.300}"
+    if expect == "prefix":
+        assert len(got) <= len(value) and got == value[: len(got)], (got, value)
+    elif equal is not None:
+        equal(got, value)
+    else:
+        assert got == value
+    return got
+
+
+def write(path: Path, data: bytes, gz: bool = False) -> Path:
+    path.write_bytes(gzip.compress(data, mtime=0) if gz else data)
+    return path
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """A directory for the generated files and a cache of its own (corpus stores are built there)."""
+    root = tmp_path_factory.mktemp("fuzz")
+    old = os.environ.get("QA_CACHE_DIR")
+    os.environ["QA_CACHE_DIR"] = str(root / "cache")
+    yield root
+    if old is None:
+        os.environ.pop("QA_CACHE_DIR", None)
+    else:
+        os.environ["QA_CACHE_DIR"] = old
+
+
+_n = iter(range(10**9))
+
+
+def fresh(root: Path, name: str) -> Path:
+    """A new empty directory under ``root`` holding one file ``name`` to be written."""
+    d = root / f"case{next(_n)}"
+    d.mkdir()
+    return d / name
+
+
+# -------------------------------------------------------------- strategies
+# text that any of our formats may carry: no NUL, no lone surrogates
+TEXT_CHARS = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+words = st.text(st.sampled_from("abcdefgh xyzAB"), min_size=1, max_size=12).map(str.strip).filter(bool)
+texts = st.text(TEXT_CHARS, max_size=30)
+line_texts = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp"), blacklist_characters="\x85"),
+                     max_size=20)  # one line of text (no line breaks of any kind)
+ids = st.one_of(st.text(st.sampled_from("abcxyz0123456789-_:."), min_size=1, max_size=8),
+                st.integers(0, 10**6).map(str))
+BAD_UTF8 = (b"\xff", b"\xc3\x28", b"\xe2\x82", b"\xed\xa0\x80", b"\x80")
+NON_FINITE = ("NaN", "Infinity", "-Infinity")
+
+
+def unique_by(key):
+    return lambda xs: len({key(x) for x in xs}) == len(xs)
+
+
+@st.composite
+def byte_damage(draw, data: bytes, records: int):
+    """A damaged copy of a line-based file: (new bytes, expect), where ``expect`` is error/same/prefix."""
+    kind = draw(st.sampled_from(["truncate", "bad_utf8", "bom", "blank_lines", "crlf", "nul"]))
+    if kind == "truncate":
+        cut = draw(st.integers(0, max(len(data) - 1, 0)))
+        new = data[:cut]
+        # a cut at a line end leaves whole records; elsewhere the last line is a piece of a record
+        return new, ("prefix" if new.endswith(b"\n") or not new else "prefix-or-error")
+    if kind == "bad_utf8":
+        pos = draw(st.integers(0, len(data)))
+        return data[:pos] + draw(st.sampled_from(BAD_UTF8)) + data[pos:], "error"
+    if kind == "bom":
+        return b"\xef\xbb\xbf" + data, "same"
+    if kind == "blank_lines":
+        lines = data.split(b"\n")
+        at = draw(st.integers(1, len(lines) - 1)) if len(lines) > 1 else 0
+        lines.insert(at, draw(st.sampled_from([b"", b"   ", b"\t"])) if at else b"")
+        return b"\n".join(lines), "same-or-error"
+    if kind == "crlf":
+        return data.replace(b"\n", b"\r\n"), "same"
+    pos = draw(st.integers(0, len(data)))
+    return data[:pos] + b"\x00" + data[pos:], "prefix-or-error"
+
+
+def loose(expect: str) -> str:
+    """A byte damage's expectation as :func:`outcome` takes it (``*-or-error`` means a UserError is right too)."""
+    return {"prefix-or-error": "prefix", "same-or-error": "same"}.get(expect, expect)
+
+
+# ===================================================================== SQuAD
+@st.composite
+def squad_docs(draw):
+    """A valid SQuAD v1.1 document: answers are substrings of their context at their answer_start."""
+    articles, qn = [], 0
+    for _ in range(draw(st.integers(1, 2))):
+        paragraphs = []
+        for _ in range(draw(st.integers(1, 2))):
+            context = draw(st.text(TEXT_CHARS, min_size=1, max_size=60).filter(lambda t: not t.isspace()))
+            qas = []
+            for _ in range(draw(st.integers(1, 3))):
+                answers = []
+                for _ in range(draw(st.integers(1, 2))):  # a span holding a character that is not white space
+                    at = draw(st.sampled_from([i for i, c in enumerate(context) if not c.isspace()]))
+                    start, end = draw(st.integers(0, at)), draw(st.integers(at + 1, len(context)))
+                    answers.append({"text": context[start:end], "answer_start": start})
+                qid = draw(st.one_of(st.just(f"q{qn}"), st.just(qn)))
+                qn += 1
+                qas.append({"id": qid, "question": draw(texts.filter(str.strip)), "answers": answers})
+            paragraphs.append({"context": context, "qas": qas})
+        articles.append({"title": draw(texts), "paragraphs": paragraphs})
+    return {"version": "1.1", "data": articles}
+
+
+def squad_places(doc):
+    """Every (qa dict, answer dict or None, paragraph dict, article dict) of ``doc``."""
+    for article in doc["data"]:
+        for para in article["paragraphs"]:
+            for qa in para["qas"]:
+                yield qa, para, article
+
+
+WRONG = {  # values of a type the field never has (SQuAD v1.1; ids are strings or integers)
+    "data": [None, {}, "x", 3], "paragraphs": [None, {}, "x", 1.5], "context": [None, 3, [], {}, True],
+    "qas": [None, "x", {}, 2], "id": [None, 1.5, [], {}, True], "question": [None, 3, [], {}],
+    "answers": [None, "Denver", {}, 0], "text": [None, 3, [], {}], "answer_start": [None, "12", 1.5, [], True, 1e300],
+}
+
+
+@st.composite
+def squad_damage(draw):
+    """(document or raw bytes, expect, expected document when it parses)."""
+    import copy
+
+    doc = draw(squad_docs())
+    bad = copy.deepcopy(doc)
+    places = list(squad_places(bad))
+    qa, para, article = draw(st.sampled_from(places))
+    answer = draw(st.sampled_from(qa["answers"]))
+    kind = draw(st.sampled_from(["missing", "wrong_type", "shift_start", "huge_start", "nonfinite_start",
+                                 "duplicate_id", "blank_question", "empty_answer", "empty_context", "extra_key",
+                                 "truncate", "bad_utf8", "bom", "gzip", "top_level"]))
+    if kind in ("missing", "wrong_type"):
+        owner, key = draw(st.sampled_from([(bad, "data"), (article, "paragraphs"), (para, "context"), (para, "qas"),
+                                            (qa, "id"), (qa, "question"), (qa, "answers"), (answer, "text"),
+                                            (answer, "answer_start")]))
+        if kind == "missing":
+            del owner[key]
+        else:
+            owner[key] = draw(st.sampled_from(WRONG[key]))
+        return bad, "error", None
+    if kind == "shift_start":
+        start = answer["answer_start"] + draw(st.integers(-5, 5).filter(bool))
+        answer["answer_start"] = start
+        ok = 0 <= start < len(para["context"]) and para["context"][start:start + len(answer["text"])] == answer["text"]
+        return bad, ("ok" if ok else "error"), bad
+    if kind == "huge_start":
+        answer["answer_start"] = draw(st.sampled_from([10**30, -(10**30), 2**63, -1]))
+        return bad, "error", None
+    if kind == "nonfinite_start":
+        answer["answer_start"] = "@@NONFINITE@@"
+        return json.dumps(bad).replace('"@@NONFINITE@@"', draw(st.sampled_from(NON_FINITE))).encode(), "error", None
+    if kind == "duplicate_id":
+        assume(len(places) > 1)
+        other = draw(st.sampled_from([p[0] for p in places if p[0] is not qa]))
+        qa["id"] = other["id"]
+        return bad, "error", None
+    if kind == "blank_question":
+        qa["question"] = draw(st.sampled_from(["", " ", "\t\n"]))
+        return bad, "error", None
+    if kind == "empty_answer":
+        answer["text"] = ""
+        return bad, "error", None
+    if kind == "empty_context":
+        para["context"] = draw(st.sampled_from(["", "  "]))
+        return bad, "error", None
+    if kind == "extra_key":
+        draw(st.sampled_from([qa, para, article, answer, bad]))["x_extra"] = draw(st.sampled_from([None, 1, "v", []]))
+        return bad, "ok", bad
+    if kind == "top_level":
+        return json.dumps(draw(st.sampled_from([[], "data", 3, None, [doc]]))).encode(), "error", None
+    raw = json.dumps(doc, ensure_ascii=draw(st.booleans())).encode()
+    if kind == "truncate":
+        return raw[: draw(st.integers(0, len(raw) - 1))], "error", None
+    if kind == "bad_utf8":  # inside the first context (a string, so the JSON stays well-formed)
+        pos = raw.index(b'"context": "') + len(b'"context": "')
+        return raw[:pos] + draw(st.sampled_from(BAD_UTF8)) + raw[pos:], "error", None
+    if kind == "bom":
+        return b"\xef\xbb\xbf" + raw, "ok", doc
+    return gzip.compress(raw), "ok", doc
+
+
+def test_squad_valid_round_trip(work):
+    from data.squad import load_squad_json
+
+    tally = Tally("squad")
+
+    @fuzz_settings(40)
+    @given(doc=squad_docs(), compress=st.sampled_from(["plain", "gzip", "zip"]), ascii_only=st.booleans())
+    def prop(doc, compress, ascii_only):
+        with tally.case():
+            raw = json.dumps(doc, ensure_ascii=ascii_only).encode()
+            path = fresh(work, "squad.json")
+            if compress == "zip":
+                import zipfile
+
+                with zipfile.ZipFile(path, "w") as zf:
+                    zf.writestr("inner/squad.json", raw)
+            else:
+                write(path, raw, gz=compress == "gzip")
+            outcome(lambda: load_squad_json(path), path, "ok", doc)
+
+    tally.run(prop)
+
+
+def test_squad_damaged(work):
+    from data.squad import load_squad_json
+
+    tally = Tally("squad")
+
+    @fuzz_settings(120)
+    @given(case=squad_damage())
+    def prop(case):
+        with tally.case():
+            content, expect, expected = case
+            path = fresh(work, "squad.json")
+            write(path, content if isinstance(content, bytes) else json.dumps(content).encode())
+            outcome(lambda: load_squad_json(path), path, expect, expected, fields=True)
+
+    tally.run(prop)
