@@ -7,8 +7,10 @@ import hashlib
 import json
 import os
 import queue
+import struct
 import tempfile
 import threading
+import zlib
 from pathlib import Path
 from typing import Any, Iterable, Iterator, TypeVar
 
@@ -167,6 +169,67 @@ def _json_default(o: Any):
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
+# ------------------------------------------------------------ checksummed cache files
+class Damaged(Exception):
+    """A cache file whose bytes are not those its writer recorded (the message says how, in a few words)."""
+
+
+CHECKED_MAGIC = b"QACRC32\n"
+_CHECKED_HEADER = struct.Struct("<8sQI")  # magic, payload bytes, CRC-32 of the payload
+
+
+class _Crc32Writer:
+    """A binary file's ``write`` that also counts the bytes and their CRC-32."""
+
+    def __init__(self, f):
+        self._f = f
+        self.crc = 0
+        self.size = 0
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        self.crc = zlib.crc32(view, self.crc)
+        self.size += view.nbytes
+        return self._f.write(view)
+
+
+@contextlib.contextmanager
+def checked_writer(path: str | os.PathLike) -> Iterator[Any]:
+    """A binary file object (``write`` only) whose bytes become ``path``, atomically, behind a header recording
+    their size and CRC-32; :func:`open_checked` reads them back only when both still match."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(_CHECKED_HEADER.pack(CHECKED_MAGIC, 0, 0))
+            writer = _Crc32Writer(f)
+            yield writer
+            f.seek(0)
+            f.write(_CHECKED_HEADER.pack(CHECKED_MAGIC, writer.size, writer.crc))
+
+
+def open_checked(path: str | os.PathLike):
+    """``path`` (written by :func:`checked_writer`) open at its first payload byte, once its size and CRC-32 were
+    found to be those recorded; :class:`Damaged` (saying what differs) otherwise.  The caller closes the file."""
+    f = open(path, "rb")
+    try:
+        head = f.read(_CHECKED_HEADER.size)
+        if len(head) < _CHECKED_HEADER.size or not head.startswith(CHECKED_MAGIC):
+            raise Damaged(f"no checksum header in its first {_CHECKED_HEADER.size} bytes")
+        _, size, crc = _CHECKED_HEADER.unpack(head)
+        actual, seen = 0, 0
+        while block := f.read(1 << 20):
+            actual = zlib.crc32(block, actual)
+            seen += len(block)
+        if seen != size:
+            raise Damaged(f"{seen + len(head)} bytes, its build wrote {size + len(head)}")
+        if actual != crc:
+            raise Damaged(f"CRC-32 {actual:08x}, its build recorded {crc:08x}")
+        f.seek(len(head))
+        return f
+    except BaseException:
+        f.close()
+        raise
+
+
 # ------------------------------------------------------------ crash safety
 def warn(message: str) -> None:
     """One ``warning: ...`` line on stderr (for things a run recovers from)."""
@@ -225,7 +288,7 @@ class ShardStore:
             except OSError:
                 ok = False
             if not ok:
-                warn(f"{path}: cache shard does not match its checksum; removed and rebuilt")
+                warn(f"{path}: cache shard is damaged (its bytes do not match the checksum in its name); removed and rebuilt")
                 path.unlink(missing_ok=True)
                 continue
             out[name] = path

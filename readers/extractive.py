@@ -19,10 +19,11 @@ read the same pair twice.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import uuid
-import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,10 +88,14 @@ class PassageReads:
 class ReadCache:
     """Reads already done, keyed by content hash, stored as npz shards in ``directory``.
 
-    Every :meth:`add` writes one new shard (``reads-<random>.npz``, written
-    atomically), so several processes may share a directory.  A shard holds the
-    keys and, per key, the span score and character offsets; the span text is
-    re-cut from the passage (the passage text is part of the key).
+    Every :meth:`add` writes one new shard (``reads-<random>.<CRC-32 of its
+    bytes, 8 hex>.npz``, written atomically), so several processes may share a
+    directory.  A shard holds the keys and, per key, the span score and
+    character offsets; the span text is re-cut from the passage (the passage
+    text is part of the key).  A shard whose bytes no longer match the CRC-32
+    in its name (or, written before names carried one, that its zip checks
+    reject) is removed with one ``warning:`` line and its pairs are read again:
+    a damaged shard is never served.
     """
 
     def __init__(self, directory: str | os.PathLike):
@@ -113,14 +118,13 @@ class ReadCache:
             raise UserError(f"{directory}: read cache must be a directory")
         keys, scores, starts, ends = [], [], [], []
         for shard in sorted(directory.glob("reads-*.npz")) if directory.is_dir() else []:
-            try:  # the zip's CRC-32 of every array is checked as it is read
-                with np.load(shard, allow_pickle=False) as z:
-                    k, s, b, e = z["keys"], z["score"], z["start_char"], z["end_char"]
-                if not (len(k) == len(s) == len(b) == len(e)):
-                    raise ValueError("arrays differ in length")
-            except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as err:
-                # a damaged shard is dropped (its pairs are read again), never served
-                warn(f"{shard}: unreadable read-cache shard ({str(err)[:80]}); removed, its pairs will be read again")
+            try:
+                k, s, b, e = _read_shard(shard)
+            except FileNotFoundError:  # removed meanwhile by another run that found it damaged
+                continue
+            except Exception as err:  # a damaged shard is dropped (its pairs are read again), never served
+                what = " ".join(str(err).split())[:100] or type(err).__name__
+                warn(f"{shard}: read-cache shard is damaged ({what}); removed and rebuilt")
                 shard.unlink(missing_ok=True)
                 continue
             keys.append(k.astype(str))
@@ -156,16 +160,33 @@ class ReadCache:
         score = np.asarray(score, np.float32)
         start_char = np.asarray(start_char, np.int64)
         end_char = np.asarray(end_char, np.int64)
-        shard = Path(self.directory) / f"reads-{uuid.uuid4().hex}.npz"
+        buf = io.BytesIO()
+        np.savez(buf, keys=np.array(keys, dtype="U64"), score=score, start_char=start_char, end_char=end_char)
+        data = buf.getvalue()
+        shard = Path(self.directory) / f"reads-{uuid.uuid4().hex}.{zlib.crc32(data):08x}.npz"
         with atomic_path(shard) as tmp:
-            with open(tmp, "wb") as f:
-                np.savez(f, keys=np.array(keys, dtype="U64"), score=score, start_char=start_char, end_char=end_char)
+            tmp.write_bytes(data)
         base = len(self._score)
         self._score = np.concatenate([self._score, score])
         self._start = np.concatenate([self._start, start_char])
         self._end = np.concatenate([self._end, end_char])
         for i, k in enumerate(keys):
             self._index[k] = base + i
+
+
+def _read_shard(shard: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(keys, score, start_char, end_char) of a read-cache shard whose bytes match the CRC-32 in its name; raises
+    (saying what is wrong) otherwise.  A shard named before names carried a CRC is checked by its zip's own CRCs."""
+    data = shard.read_bytes()
+    recorded = shard.name[: -len(".npz")].rpartition(".")[2]
+    if len(recorded) == 8:
+        if f"{zlib.crc32(data):08x}" != recorded:
+            raise ValueError(f"CRC-32 {zlib.crc32(data):08x}, its name records {recorded}; {len(data)} bytes")
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:  # the zip checks each array's CRC-32 as it is read
+        k, s, b, e = z["keys"], z["score"], z["start_char"], z["end_char"]
+    if not (k.ndim == s.ndim == b.ndim == e.ndim == 1 and len(k) == len(s) == len(b) == len(e)):
+        raise ValueError("its arrays differ in length")
+    return k, s, b, e
 
 
 @dataclass

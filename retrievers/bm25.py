@@ -437,19 +437,23 @@ def _cached_row_map(index: Path, corpus: Corpus, build: Callable[[], np.ndarray]
         return build()
     segments = sorted(index.glob("segments_*"))
     stamp = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in segments]
-    key = sha256_text("bm25-rowmap-v1", str(index.resolve()), stamp, content_key)[:24]
+    from data.io import Damaged, checked_writer, open_checked, warn
+
+    key = sha256_text("bm25-rowmap-v2", str(index.resolve()), stamp, content_key)[:24]  # v2: checksummed
     path = cache_dir("bm25", "rowmaps") / f"{key}.npy"
     if path.is_file():
         try:
-            return np.load(path)
-        except (OSError, ValueError):
-            pass
+            with open_checked(path) as f:
+                return np.load(f, allow_pickle=False)
+        except (Damaged, OSError, ValueError) as e:  # a flipped byte would map Lucene documents to other rows
+            warn(f"{path}: cached BM25 row map is damaged ({' '.join(str(e).split())[:120]}); removed and rebuilt")
+            path.unlink(missing_ok=True)
     rows = build()
-    from data.io import atomic_path
-
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as f:
-            np.save(f, rows)
+    try:
+        with checked_writer(path) as f:
+            np.save(f, rows, allow_pickle=False)
+    except UserError:
+        pass  # an unwritable cache only costs time
     return rows
 
 

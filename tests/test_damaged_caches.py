@@ -450,3 +450,89 @@ def test_full_disk_during_the_store_build_is_one_error_line(tmp_path):
     left = [line for line in stdout.splitlines() if line.startswith("LEFT")]
     assert left and left[-1].endswith(".lock']") and left[-1].count("'") == 2, left  # the lock file, no store, no temp
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------- damaged dataset, embedding shard, FAISS index and read-cache shard, end to end
+# A dense run with a cached HNSW index and the reader over the first 12 paragraphs of SQuAD v1.1 dev, 3 texts per
+# embedding shard: one entry of each of the four caches is damaged, the rerun warns once per entry, rebuilds each
+# and writes the outputs of the undamaged run, byte for byte.
+DENSE_OUTPUTS = ("metrics.json", "run.trec", "predictions.json", "details.jsonl", "per_query.jsonl")
+
+
+def squad_slice_file(directory: Path, paragraphs: int = 12) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(DATA / "squad" / "dev-v1.1.json.zip") as zf:
+        dev = json.loads(zf.read(next(n for n in zf.namelist() if n.endswith(".json"))))
+    article = dev["data"][0]
+    path = directory / "dev-slice.json"
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": article["title"],
+                                                            "paragraphs": article["paragraphs"][:paragraphs]}]}))
+    return path
+
+
+def dense_flags(data: Path, reads: Path) -> list[str]:
+    from tests.conftest import READER
+
+    return ["--dataset", f"squad_file:{data}", "--retriever", "dense", "--dense-index", "hnsw", "--reader", str(READER),
+            "--selector", "top:2", "--depth", "20", "--limit", "10", "--metrics", "em,f1", "--threads", "1",
+            "--read-cache", str(reads)]
+
+
+@pytest.fixture(scope="module")
+def dense_cache(tmp_path_factory):
+    """A cache and a read cache filled by one clean dense run, and that run's outputs."""
+    root = tmp_path_factory.mktemp("dense")
+    data = squad_slice_file(root)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("QA_CACHE_DIR", str(root / "cache"))
+        mp.setenv("QA_SHARD_ROWS", "3")
+        mp.setenv("QA_PROGRESS", "0")
+        from pipeline.run import main
+
+        assert main([*dense_flags(data, root / "reads"), "--out", str(root / "clean")]) == 0
+        yield root, data, {name: (root / "clean" / name).read_bytes() for name in DENSE_OUTPUTS}
+
+
+def _dense_entries(root: Path) -> dict[str, Path]:
+    """One entry of each cache: the dataset pickle, the second embedding shard, the FAISS index, a read shard."""
+    (dataset,) = (root / "cache" / "datasets").glob("*.pkl")
+    (index,) = (root / "cache" / "faiss-index").glob("*/index.*.faiss")
+    return {"dataset": dataset, "embedding shard": sorted((root / "cache" / "embeddings").glob("*/rows-*.npy"))[1],
+            "FAISS index": index, "read-cache shard": sorted((root / "reads").glob("reads-*.npz"))[0]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["truncated", "flipped byte"])
+def test_damaged_dense_caches_are_rebuilt_with_one_warning_each(dense_cache, damage, tmp_path, capfd, monkeypatch):
+    root, data, clean = dense_cache
+    monkeypatch.setenv("QA_CACHE_DIR", str(root / "cache"))
+    monkeypatch.setenv("QA_SHARD_ROWS", "3")
+    monkeypatch.setenv("QA_PROGRESS", "0")
+    entries = _dense_entries(root)
+    damaged = {}
+    for what, path in entries.items():
+        if damage == "truncated":
+            truncate(path)
+        else:  # one bit of a byte of the payload (past any header), as a bad sector would
+            flip(path, path.stat().st_size * 2 // 3)
+        damaged[what] = path.read_bytes()
+    rc, err = run_main([*dense_flags(data, root / "reads"), "--out", str(tmp_path / "out")], capfd)
+    assert rc == 0, err
+    assert len(err) == len(entries), err  # one line per damaged entry, nothing else
+    for what, path in entries.items():
+        (line,) = [line for line in err if line.startswith(f"warning: {path}: ")]
+        assert " damaged (" in line and line.endswith("; removed and rebuilt"), (what, line)
+        assert not path.exists() or path.read_bytes() != damaged[what], f"the damaged {what} is gone"
+    for name in DENSE_OUTPUTS:
+        assert (tmp_path / "out" / name).read_bytes() == clean[name], name
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["embedding_shards"]["computed"] == 1  # only the damaged shard is encoded again
+    assert manifest["indexes"][0]["cache"] == "built", manifest["indexes"]
+    assert 0 < manifest["reading"]["reads_done"] < 20 and manifest["reading"]["reads_reused"] > 0
+    rebuilt = _dense_entries(root)  # and the rerun left a sound entry of each kind
+    rc, err = run_main([*dense_flags(data, root / "reads"), "--out", str(tmp_path / "again")], capfd)
+    assert rc == 0 and err == [], err
+    assert _dense_entries(root) == rebuilt
+    manifest = json.loads((tmp_path / "again" / "manifest.json").read_text())
+    assert manifest["embedding_shards"]["computed"] == 0 and manifest["reading"]["reads_done"] == 0

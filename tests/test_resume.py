@@ -146,7 +146,7 @@ def test_killed_runs_resume_to_byte_identical_outputs(squad_slice, tmp_path):
     err = finish(start(squad_slice, out, cache))
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
     assert any(emb.name in w and "checksum" in w for w in warnings), err[-2000:]
-    assert any(npz.name in w and "unreadable read-cache shard" in w for w in warnings), err[-2000:]
+    assert any(npz.name in w and "read-cache shard is damaged" in w for w in warnings), err[-2000:]
     m = manifest(out)
     assert m["embedding_shards"]["computed"] == 1
     assert 0 < m["reading"]["reads_done"] <= SHARD_ROWS
