@@ -168,14 +168,15 @@ def _config_spec(path: Path) -> OpenSpec:
 
 # ------------------------------------------------------------------ helpers
 def open_text(path: str | os.PathLike):
-    """A text handle on a plain or gzipped UTF-8 file."""
+    """A text handle on a plain or gzipped UTF-8 file (a byte-order mark is not part of the text: it would
+    otherwise be glued to the first id, or turn a DPR TSV header into a passage)."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
         if gz:
-            return gzip.open(path, "rt", encoding="utf-8", newline="")
-        return open(path, encoding="utf-8", newline="")
+            return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+        return open(path, encoding="utf-8-sig", newline="")
     except OSError as e:
         raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
 
@@ -295,6 +296,10 @@ def _dpr_tsv(path: Path, bad: BadRecords):
             except csv.Error as e:
                 bad(f"{path}:{reader.line_num}", f"unreadable TSV line ({e})")
                 continue
+            if any("\x00" in c for c in row):  # a damaged file (never text; before the header, it hides it)
+                first = False
+                bad(f"{path}:{reader.line_num}", "NUL byte in the line")
+                continue
             if first:
                 first = False
                 try:
@@ -385,6 +390,8 @@ def dpr_tsv_batches(path: Path, block_bytes: int = 2 << 20) -> Iterator:
             # (no Python object goes into these calls: converting one makes pyarrow import pandas, 0.6 s)
             if pc.min(pc.utf8_length(ids)).as_py() == 0 or pc.any(pc.match_substring_regex(ids, _EDGE_SPACE)).as_py():
                 raise NeedsPythonReader("empty id, or one with whitespace to strip")
+            if any(pc.any(pc.match_substring(batch.column(i), "\x00")).as_py() for i in range(3)):
+                raise NeedsPythonReader("a NUL byte")  # the csv reader refuses the line
             yield pa.record_batch([ids, batch.column(order[2]), batch.column(order[1])], schema=schema)
     except pa.ArrowInvalid as e:
         raise NeedsPythonReader(str(e)) from None
@@ -576,26 +583,34 @@ def _json_lines(path: Path, bad: BadRecords):
             yield f"{path}:{lineno}", rec
 
 
+def _good_id(pid) -> bool:
+    """A passage id: a string that is not blank, or an integer (not ``null``, ``true``, a list or an object)."""
+    return (isinstance(pid, str) and bool(pid.strip())) or (isinstance(pid, int) and not isinstance(pid, bool))
+
+
 def _beir_jsonl(path: Path, bad: BadRecords):
     for where, rec in _json_lines(path, bad):
         pid = rec.get("_id", rec.get("id"))
         text = rec.get("text")
-        if pid is None or str(pid).strip() == "":
-            bad(where, "record without '_id'")
+        if not _good_id(pid):
+            bad(where, "record without '_id' (a string or an integer)")
             continue
         if not isinstance(text, str):
             bad(where, "record without a string 'text'")
             continue
         title = rec.get("title") or ""
-        yield str(pid), str(title), text
+        if not isinstance(title, str):
+            bad(where, "'title' is not a string")
+            continue
+        yield str(pid), title, text
 
 
 def _pyserini_json(path: Path, bad: BadRecords):
     for where, rec in _json_lines(path, bad):
         pid = rec.get("id", rec.get("docid"))
         contents = rec.get("contents")
-        if pid is None or str(pid).strip() == "":
-            bad(where, "record without 'id'")
+        if not _good_id(pid):
+            bad(where, "record without 'id' (a string or an integer)")
             continue
         if not isinstance(contents, str):
             bad(where, "record without a string 'contents'")

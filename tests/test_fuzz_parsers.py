@@ -355,3 +355,213 @@ def test_squad_damaged(work):
             outcome(lambda: load_squad_json(path), path, expect, expected, fields=True)
 
     tally.run(prop)
+
+
+# ============================================================ open: corpora
+def corpus_rows(path: Path, fmt: str | None):
+    """``(id, title, text)`` of every passage, as the ``open:`` corpus store holds them."""
+    from data.open_domain import open_corpus_store
+    from data.open_sources import SourceSpec
+
+    store, _ = open_corpus_store(SourceSpec("file", fmt, str(path)))
+    corpus = store.corpus()
+    return list(zip(corpus.ids, corpus.titles, corpus.bodies))
+
+
+def compare_rows(expect: str):
+    """How a damaged corpus' parse is compared (see :func:`outcome`): ``cut`` keeps all but the last record."""
+
+    def equal(got, value):
+        if expect == "cut":  # a line cut anywhere: the last record may be a shorter piece of the original one
+            assert len(got) <= len(value) and got[:-1] == value[: max(len(got) - 1, 0)], (got, value)
+        else:
+            assert got == value, (got, value)
+
+    return equal
+
+
+@st.composite
+def dpr_passages(draw, one_line: bool = False):
+    """[(id as written, title, text)]: ids unique once stripped, never the header word ``id``."""
+    body = line_texts if one_line else texts
+    rows = draw(st.lists(st.tuples(ids, body, body), min_size=1, max_size=6, unique_by=lambda r: r[0]))
+    pad = draw(st.sampled_from(["", " ", "\u3000"]))
+    rows = [(pad + pid if i == 0 else pid, title, text) for i, (pid, title, text) in enumerate(rows)]
+    assume(all(pid.strip().lower() != "id" for pid, _, _ in rows))
+    return rows
+
+
+def dpr_tsv_bytes(rows, header, terminator="\n", columns=None, quote_all=False) -> bytes:
+    """DPR's psgs_w100 layout, written by ``csv`` as DPR writes it (``header``: the column order, or None).
+
+    (``csv`` quotes a field holding a carriage return only when the line terminator holds one: with ``\n``
+    such a file is quoted throughout, else the carriage return would end the line for any reader.)
+    """
+    buf = io.StringIO()
+    if terminator == "\n" and any("\r" in field for row in rows for field in row):
+        quote_all = True
+    writer = csv.writer(buf, delimiter="\t", lineterminator=terminator,
+                        quoting=csv.QUOTE_ALL if quote_all else csv.QUOTE_MINIMAL)
+    order = [c.lower() for c in header] if header else ["id", "text", "title"]
+    if header:
+        writer.writerow(header)
+    for pid, title, text in rows:
+        writer.writerow([{"id": pid, "title": title, "text": text}[c] for c in order] if columns is None else columns(pid, title, text))
+    return buf.getvalue().encode("utf-8")
+
+
+HEADERS = st.sampled_from([None, ["id", "text", "title"], ["id", "title", "text"], ["ID", "Text", "Title"]])
+
+
+def test_dpr_tsv_valid_round_trip(work):
+    tally = Tally("dpr-tsv")
+
+    @fuzz_settings(30)
+    @given(rows=dpr_passages(), header=HEADERS, gz=st.booleans(), terminator=st.sampled_from(["\n", "\r\n"]),
+           named=st.booleans(), quote_all=st.booleans())
+    def prop(rows, header, gz, terminator, named, quote_all):
+        with tally.case():
+            path = write(fresh(work, "psgs.tsv.gz" if gz else "psgs.tsv"),
+                         dpr_tsv_bytes(rows, header, terminator, quote_all=quote_all), gz)
+            expected = [(pid.strip(), title, text) for pid, title, text in rows]
+            outcome(lambda: corpus_rows(path, "dpr-tsv" if named else None), path, "ok", expected)
+
+    tally.run(prop)
+
+
+@st.composite
+def dpr_tsv_damage(draw):
+    rows = draw(dpr_passages(one_line=True))
+    header = draw(HEADERS)
+    expected = [(pid.strip(), title, text) for pid, title, text in rows]
+    data = dpr_tsv_bytes(rows, header)
+    kind = draw(st.sampled_from(["columns", "empty_id", "duplicate_id", "bytes", "bytes"]))
+    i = draw(st.integers(0, len(rows) - 1))
+    if kind == "columns":
+        width = draw(st.sampled_from([2, 4, 5]))
+        data = dpr_tsv_bytes(rows, header, columns=lambda p, t, x: ([p, x, t, "extra", "more"][:width] if p == rows[i][0]
+                                                                     else [p, x, t]))
+        return data, "error", expected
+    if kind == "empty_id":
+        rows[i] = (draw(st.sampled_from(["", " ", "\t"])), rows[i][1], rows[i][2])
+        return dpr_tsv_bytes(rows, header), "error", expected
+    if kind == "duplicate_id":
+        assume(len(rows) > 1)
+        j = draw(st.integers(0, len(rows) - 1).filter(lambda j: j != i))
+        rows[i] = (rows[j][0].strip(), rows[i][1], rows[i][2])
+        return dpr_tsv_bytes(rows, header), "error", expected
+    damaged, expect = draw(byte_damage(data, len(rows)))
+    if b"\x00" in damaged:
+        expect = "error"  # a NUL byte is never text
+    elif expect == "prefix-or-error":
+        expect = "cut"
+    elif expect == "prefix":
+        expect = "cut" if header is None or damaged.count(b"\n") > 0 else "prefix"
+    return damaged, expect, expected
+
+
+def test_dpr_tsv_damaged(work):
+    tally = Tally("dpr-tsv")
+
+    @fuzz_settings(80)
+    @given(case=dpr_tsv_damage())
+    def prop(case):
+        with tally.case():
+            data, expect, expected = case
+            path = write(fresh(work, "psgs.tsv"), data)
+            outcome(lambda: corpus_rows(path, "dpr-tsv"), path, "same" if expect in ("cut", "same-or-error") else expect,
+                    expected, whole_file=("the corpus is empty", "appears"), equal=compare_rows(expect))
+
+    tally.run(prop)
+
+
+JSON_FIELDS = {"pyserini": ("id", "contents"), "beir": ("_id", "text")}
+
+
+@st.composite
+def json_passages(draw, fmt: str):
+    """(records, expected rows): JsonCollection ``{"id","contents"}`` or BEIR ``{"_id","title","text"}``."""
+    n = draw(st.integers(1, 5))
+    pids = draw(st.lists(ids.filter(lambda s: s.strip() == s), min_size=n, max_size=n, unique=True))
+    records, expected = [], []
+    for pid in pids:
+        key = draw(st.sampled_from([pid, int(pid)] if pid.isdigit() and str(int(pid)) == pid else [pid]))
+        if fmt == "pyserini":
+            title = draw(st.one_of(st.just(""), line_texts.filter(bool)))
+            text = draw(texts) if title else draw(line_texts)
+            records.append({"id": key, "contents": f"{title}\n{text}" if title else text})
+        else:
+            title, text = draw(texts), draw(texts)
+            records.append({"_id": key, "title": title, "text": text} if title or draw(st.booleans())
+                           else {"_id": key, "text": text})
+        expected.append((pid, title, text))
+    return records, expected
+
+
+def jsonl_bytes(records, ensure_ascii=True) -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=ensure_ascii) + "\n" for r in records).encode("utf-8")
+
+
+def test_json_corpus_valid_round_trip(work):
+    tally = Tally("pyserini+beir-corpus")
+
+    @fuzz_settings(30)
+    @given(fmt=st.sampled_from(["pyserini", "beir"]), data=st.data(), array=st.booleans(), gz=st.booleans())
+    def prop(fmt, data, array, gz):
+        with tally.case():
+            records, expected = data.draw(json_passages(fmt))
+            raw = json.dumps(records).encode() if array else jsonl_bytes(records, data.draw(st.booleans()))
+            path = write(fresh(work, "docs.json.gz" if gz else "docs.jsonl"), raw, gz)
+            outcome(lambda: corpus_rows(path, fmt), path, "ok", expected)
+
+    tally.run(prop)
+
+
+@st.composite
+def json_corpus_damage(draw):
+    fmt = draw(st.sampled_from(["pyserini", "beir"]))
+    records, expected = draw(json_passages(fmt))
+    id_key, text_key = JSON_FIELDS[fmt]
+    i = draw(st.integers(0, len(records) - 1))
+    kind = draw(st.sampled_from(["missing", "wrong_type", "duplicate_id", "bad_line", "bytes", "bytes"]))
+    if kind == "missing":
+        del records[i][draw(st.sampled_from([id_key, text_key]))]
+        return fmt, jsonl_bytes(records), "error", expected
+    if kind == "wrong_type":
+        key = draw(st.sampled_from([id_key, text_key] + (["title"] if fmt == "beir" else [])))
+        records[i][key] = draw(st.sampled_from([None, [], {}, True, 1.5, ["a"]] if key == id_key
+                                               else [None, 3, [], {}, ["a"], True]))
+        if key == "title" and records[i][key] is None:
+            return fmt, jsonl_bytes(records), "ok", expected[:i] + [(expected[i][0], "", expected[i][2])] + expected[i + 1:]
+        return fmt, jsonl_bytes(records), "error", expected
+    if kind == "duplicate_id":
+        assume(len(records) > 1)
+        records[i][id_key] = records[(i + 1) % len(records)][id_key]
+        return fmt, jsonl_bytes(records), "error", expected
+    if kind == "bad_line":
+        lines = jsonl_bytes(records).split(b"\n")
+        line = lines[i]
+        lines[i] = draw(st.sampled_from([line[: max(len(line) // 2, 1)], b"[1, 2]", b'"text"', b"3", b"null",
+                                         line + b"}", line.replace(b":", b"", 1)]))
+        return fmt, b"\n".join(lines), "error", expected
+    damaged, expect = draw(byte_damage(jsonl_bytes(records), len(records)))
+    if expect == "prefix-or-error":  # a cut inside a JSON line, or a NUL byte: never valid JSON
+        expect = "prefix" if damaged.endswith(b"\n") else "error"
+    if expect == "prefix" and not damaged.strip():
+        expect = "error"  # nothing left: an empty corpus
+    return fmt, damaged, expect, expected
+
+
+def test_json_corpus_damaged(work):
+    tally = Tally("pyserini+beir-corpus")
+
+    @fuzz_settings(80)
+    @given(case=json_corpus_damage())
+    def prop(case):
+        with tally.case():
+            fmt, data, expect, expected = case
+            path = write(fresh(work, "docs.jsonl"), data)
+            outcome(lambda: corpus_rows(path, fmt), path, loose(expect), expected,
+                    whole_file=("the corpus is empty", "appears"))
+
+    tally.run(prop)

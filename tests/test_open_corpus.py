@@ -217,7 +217,7 @@ def test_arrow_tsv_reader_gives_what_the_csv_reader_gives(files, tmp_path):
         fast, slow = _both_readers_of(tmp_path, name, text)
         assert fast == slow and isinstance(slow, list) and slow, name
     handed_over = {
-        "byte-order mark": "\ufeffid\ttext\ttitle\n1\ta\tT\n",  # csv keeps it: "\ufeffid" is data, not a header
+        "byte-order mark": "\ufeffid\ttext\ttitle\n1\ta\tT\n",  # the csv reader drops it: then a header
         "empty first line": "\nid\ttext\ttitle\n1\ta\tT\n",  # csv takes the header line for data
         "two columns": "id\ttext\ttitle\n1\ta\tT\n2\tonly two\n",
         "blank line of spaces": "id\ttext\ttitle\n1\ta\tT\n   \n2\tb\tU\n",
@@ -362,7 +362,7 @@ def test_store_build_hands_a_file_over_to_the_python_reader(files, tmp_path, mon
         store = open_store(ds.sources["corpus_store"])
         assert store.manifest["reader"] == reader
         assert list(ds.corpus.bodies) == [p[2] for p in files["passages"]]
-    assert ds.corpus.ids[0] == "\ufeff1"  # as csv reads it: the mark stays in the first id
+    assert ds.corpus.ids[0] == "1"  # the byte-order mark is not part of the first id (nor of a header)
     # a JsonCollection: Arrow's JSON reader, unless a file has a line only the json reader decides (a blank one)
     blank = tmp_path / "blank"
     blank.mkdir()
