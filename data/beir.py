@@ -104,47 +104,85 @@ def _find(directory: Path, stem: str) -> Path:
     raise UserError(f"{directory}: missing {stem} (or {stem}.gz) in this BEIR directory")
 
 
-def _open_text(path: Path):
-    with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")
-
-
 def read_jsonl(path: Path) -> Iterator[dict]:
     """Records of a JSONL file (plain or gzipped); a bad line is a one-line UserError."""
+    for _, rec in _numbered_jsonl(path):
+        yield rec
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of a plain or gzipped UTF-8 file, decoded line by line so that bytes that are not
+    UTF-8 are named with their line (a byte-order mark is dropped)."""
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    with gzip.open(path, "rb") if gz else open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise UserError(f"{path}: line {lineno}: not UTF-8 text (byte {e.start + 1} of the line)") from None
+
+
+def _numbered_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     try:
-        with _open_text(path) as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise UserError(f"{path}: line {lineno}: malformed JSON ({e.msg})") from None
-                if not isinstance(rec, dict):
-                    raise UserError(f"{path}: line {lineno}: expected a JSON object")
-                yield rec
+        for lineno, line in _lines(path):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path}: line {lineno}: malformed JSON ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise UserError(f"{path}: line {lineno}: expected a JSON object")
+            yield lineno, rec
     except (OSError, EOFError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: cannot read ({e})") from None
 
 
+def read_checked(path: Path, *, queries: bool = False) -> Iterator[dict]:
+    """:func:`read_jsonl` records with an ``_id`` (a string that is not blank, or an integer) and a string ``text``
+    (and ``title``; in a corpus either may be missing or null); ids of queries must be unique.  Anything else is a
+    one-line UserError naming the file and line (it would be read as the id 'None', or fail later)."""
+    seen: dict[str, int] = {}
+    for lineno, rec in _numbered_jsonl(path):
+        doc_id = rec.get("_id", rec.get("id"))
+        if not ((isinstance(doc_id, str) and doc_id.strip()) or (isinstance(doc_id, int) and not isinstance(doc_id, bool))):
+            raise UserError(f"{path}: line {lineno}: '_id' must be a string or an integer, got {json.dumps(doc_id)[:40]}")
+        for key in ("text",) if queries else ("title", "text"):
+            if not isinstance(rec.get(key), str) and (queries or rec.get(key) is not None):
+                raise UserError(f"{path}: line {lineno}: '{key}' must be a string, got {json.dumps(rec.get(key))[:40]}")
+        if queries:
+            if str(doc_id) in seen:
+                raise UserError(f"{path}: line {lineno}: duplicate query id {str(doc_id)!r} (also line {seen[str(doc_id)]})")
+            seen[str(doc_id)] = lineno
+        yield rec
+
+
 def read_qrels(path: Path) -> Iterator[tuple[str, str, int]]:
     """(query id, corpus id, grade) rows of a BEIR qrels TSV; the header line is skipped."""
+    seen: dict[tuple[str, str], int] = {}
     try:
-        with _open_text(path) as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                cols = line.rstrip("\n").split("\t")
-                if len(cols) != 3:
-                    raise UserError(f"{path}: line {lineno}: expected 3 tab-separated columns, got {len(cols)}")
-                try:
-                    grade = int(float(cols[2]))
-                except ValueError:
-                    if lineno == 1:
-                        continue  # header: query-id corpus-id score
-                    raise UserError(f"{path}: line {lineno}: score {cols[2]!r} is not a number") from None
-                yield cols[0], cols[1], grade
+        for lineno, line in _lines(path):
+            if not line.strip():
+                continue
+            cols = line.rstrip("\r\n").split("\t")
+            if len(cols) != 3:
+                raise UserError(f"{path}: line {lineno}: expected 3 tab-separated columns, got {len(cols)}")
+            try:
+                score = float(cols[2])
+            except ValueError:
+                if lineno == 1:
+                    continue  # header: query-id corpus-id score
+                raise UserError(f"{path}: line {lineno}: score {cols[2]!r} is not a number") from None
+            if not score.is_integer():  # (also NaN and infinities)
+                raise UserError(f"{path}: line {lineno}: score {cols[2]!r} is not an integer grade")
+            if not cols[0].strip() or not cols[1].strip():
+                raise UserError(f"{path}: line {lineno}: empty query or corpus id")
+            if (cols[0], cols[1]) in seen:
+                raise UserError(f"{path}: line {lineno}: query {cols[0]!r} judges document {cols[1]!r} again"
+                                f" (also line {seen[cols[0], cols[1]]})")
+            seen[cols[0], cols[1]] = lineno
+            yield cols[0], cols[1], int(score)
     except (OSError, EOFError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: cannot read ({e})") from None
 
@@ -162,7 +200,7 @@ def read_beir_dir(directory: str | Path, split: str, *, name: str | None = None)
     corpus_path = _find(directory, "corpus.jsonl")
     queries_path = _find(directory, "queries.jsonl")
     sources = {str(p): sha256_file(p) for p in (corpus_path, queries_path, qrels_path)}
-    return build_beir(read_jsonl(corpus_path), read_jsonl(queries_path), read_qrels(qrels_path),
+    return build_beir(read_checked(corpus_path), read_checked(queries_path, queries=True), read_qrels(qrels_path),
                       name=name, split=split, sources=sources, where=str(directory),
                       corpus_key=["file", sources[str(corpus_path)]], corpus_file=corpus_path)
 
@@ -265,6 +303,12 @@ def build_beir(
             lst.append((row, grade))
     if not judged:
         raise UserError(f"{where}: qrels for split {split!r} are empty")
+    if unknown_docs:  # reported, not scored as misses without a word: the manifest has the count too
+        from data.io import warn
+
+        first = next(doc_id for _, doc_id, _ in qrels_rows if doc_id not in row_of)
+        warn(f"{where}: {unknown_docs} qrels rows of split {split!r} name documents the corpus lacks (first: {first!r});"
+             " they are left out of the gold")
     missing = [q for q in judged if q not in query_text]
     if missing:
         raise UserError(f"{where}: {len(missing)} judged queries are not in the queries file (first: {missing[0]!r})")

@@ -204,14 +204,15 @@ def test_arrow_json_reader_stores_what_the_json_reader_keeps(tmp_path, monkeypat
     assert reader == "arrow" and fast == slow
     assert fast == [["a", " b ", "c", "d"], ["Alpha", "", "", ""], ["body \x85\u200b".strip(), "", "", "x"]]
     # what only the json reader decides: it builds the store
-    for i, rec in enumerate(({"id": "a", "text": "x"}, {"_id": 5, "text": "x"}, {"_id": None, "text": "x"})):
+    for i, rec in enumerate(({"id": "a", "text": "x"}, {"_id": 5, "text": "x"})):
         (d / "corpus.jsonl").write_text(json.dumps(rec) + "\n", encoding="utf-8")
         reader, fast, slow = _store_both_ways(d, tmp_path / f"back{i}", monkeypatch)
         assert reader == "python" and fast == slow and fast[0] == [str(rec.get("_id", rec.get("id")))]
-    (d / "corpus.jsonl").write_text(json.dumps({"_id": "", "text": "x"}) + "\n", encoding="utf-8")
-    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "empty-id"))
-    with pytest.raises(UserError, match="corpus record without '_id'"):
-        read_beir_dir(d, "test")
+    for i, rec in enumerate(({"_id": "", "text": "x"}, {"_id": None, "text": "x"})):  # (null was stored as 'None')
+        (d / "corpus.jsonl").write_text(json.dumps(rec) + "\n", encoding="utf-8")
+        monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / f"bad-id{i}"))
+        with pytest.raises(UserError, match="corpus.jsonl: line 1: '_id' must be a string or an integer"):
+            read_beir_dir(d, "test")
 
 
 def test_build_beir_rejects_duplicate_ids():
