@@ -340,7 +340,10 @@ def staged_outputs(out_dir: str | os.PathLike, last: str = "metrics.json") -> It
     except OSError as e:
         raise UserError(f"{out_dir}: cannot write output ({e.strerror or e})") from None
     try:
-        yield staging
+        try:
+            yield staging
+        except UserError as e:  # a failed write names the file it was writing, not the staging directory
+            raise UserError(str(e).replace(str(staging), str(out_dir))) from None
         names = sorted(p.name for p in staging.iterdir())
         names.sort(key=lambda n: n == last)
         for name in names:

@@ -102,8 +102,13 @@ def make_out_dir(out: str | None, stem: str) -> Path:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"{path}: cannot create output directory ({e.strerror})") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise UserError(f"{path}: output directory is not writable")
+    try:  # a file made and removed: permissions, a read-only mount, root's rights, all as they are
+        import tempfile
+
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise UserError(f"{path}: output directory is not writable ({e.strerror or e})") from None
     return path
 
 
