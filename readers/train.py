@@ -860,11 +860,15 @@ def _check_plan(saved: dict, now: dict, checkpoint: Path) -> None:
 
 
 def _clean_temp_dirs(out_dir: Path) -> None:
+    """Remove what a killed run left half-written: checkpoints being saved or replaced, and the final model being
+    saved (``.tmp-final-PID``, whose files are moved into ``out_dir`` only once all were written)."""
     root = out_dir / CHECKPOINT_DIR
     if root.is_dir():
         for p in root.iterdir():
             if p.name.startswith((".tmp-", ".old-")):
                 shutil.rmtree(p, ignore_errors=True)
+    for p in out_dir.glob(".tmp-final-*"):
+        shutil.rmtree(p, ignore_errors=True)
 
 
 def _start_log(path: Path, keep_until: int) -> list[dict]:
