@@ -362,17 +362,23 @@ def plan_sweep(config: SweepConfig, dataset) -> SweepPlan:
     return SweepPlan(dataset, sizes, seeds, n_gold, n_pool, n_min, n_max, depth, tau, thetas)
 
 
-def level_fingerprint(config: SweepConfig, plan: SweepPlan, rows: np.ndarray, reader_identity: str, seed: int) -> str:
+def level_fingerprint(config: SweepConfig, plan: SweepPlan, rows: np.ndarray, reader_identity: str, seed: int,
+                      cache_path: bool = False) -> str:
     """What a saved level must have been made with to be reused: every result-changing setting of the
     configuration (its fingerprint: no list of flags kept by hand), the dataset's sources, the questions,
-    the corpus rows, the seed and the reader's identity."""
+    the corpus rows, the seed and the reader's identity.
+
+    An ``open:`` or BEIR corpus store is named by its content key, not by where the cache lies, so a sweep
+    resumed with the cache elsewhere ($QA_CACHE_DIR, another machine) reuses its levels; ``cache_path=True``
+    gives the older form that hashed the store's path (levels saved under it are still reused)."""
     q = plan.dataset.queries
+    sources = {k: (v if cache_path or k != "corpus_store" else Path(v).name) for k, v in plan.dataset.sources.items()}
     parts = {
         "version": SWEEP_VERSION,
         # a level's own size, seed and n_max are below: the lists of sizes, seeds and n that make the others are not
         "config": config.fingerprint("data", "retriever", "reader", "selectors",
                                      leave_out=("data.corpus_sizes", "data.seeds", "selectors.n")),
-        "dataset": [plan.dataset.name, plan.dataset.split, sorted(plan.dataset.sources.items())],
+        "dataset": [plan.dataset.name, plan.dataset.split, sorted(sources.items())],
         "questions": sha256_text(q.ids, q.texts),
         "rows": sha256_text(rows.tolist()),
         "seed": seed,
@@ -459,7 +465,8 @@ def run_sweep(config: SweepConfig, out: Path, timer: Timer) -> dict:
             t_size = min(max(size, t_gold.size), len(setup.train_sample.corpus))
             t_rows = corpus_levels(len(setup.train_sample.corpus), t_gold, [t_size], seed)[0]
         fingerprint = level_fingerprint(config, plan, rows, reader_identity, seed)
-        done = load_level(out, size, seed, [fingerprint], need_bert_f1=need_bert_f1, need=config.metrics.answer)
+        older = level_fingerprint(config, plan, rows, reader_identity, seed, cache_path=True)
+        done = load_level(out, size, seed, [fingerprint, older], need_bert_f1=need_bert_f1, need=config.metrics.answer)
         if done is not None:
             levels[(size, seed)] = done
             continue
