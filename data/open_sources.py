@@ -455,9 +455,11 @@ def json_corpus_batches(path: Path, fmt: str, chunk_bytes: int = 8 << 20) -> Ite
         # (numpy and RE2 over the chunk's bytes: bytes.count and `in` take 10x longer than the parse)
         raw = pa.py_buffer(data)
         whole = pa.Array.from_buffers(pa.large_binary(), 1, [None, pa.py_buffer(np.array([0, len(data)], np.int64)), raw])
-        if (bytes(data[:1]) in (b"\n", b"\r", b" ", b"\t", b"\xef", b"[")
+        # a chunk that does not start with an object: pyarrow 26's read_json crashes the process (SIGSEGV) on a
+        # first line `null`; the others (a BOM, a JSON array, a blank line) only the Python reader decides
+        if (bytes(data[:1]) != b"{"
                 or np.frombuffer(pc.count_substring_regex(whole, _LINE_STARTS_BLANK).buffers()[1], np.int64)[0]):
-            raise NeedsPythonReader("byte-order mark, JSON array, or a blank line or one starting with whitespace")
+            raise NeedsPythonReader("byte-order mark, JSON array, a first line that is no object, or a blank line or one starting with whitespace")
         octets = np.frombuffer(data, np.uint8)
         if cr and _has_lone_cr(octets):
             # Python's text files end a line at a lone carriage return too; Arrow reads it as whitespace
@@ -598,7 +600,7 @@ def _beir_jsonl(path: Path, bad: BadRecords):
         if not isinstance(text, str):
             bad(where, "record without a string 'text'")
             continue
-        title = rec.get("title") or ""
+        title = "" if rec.get("title") is None else rec["title"]
         if not isinstance(title, str):
             bad(where, "'title' is not a string")
             continue
