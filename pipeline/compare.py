@@ -70,12 +70,12 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
     if not pq.is_file():
         raise UserError(f"{pq}: not found (is {path} the --out directory of pipeline.run?)")
     rows: dict[str, dict] = {}
-    with open(pq, encoding="utf-8") as f:
+    with open(pq, "rb") as f:
         for n, line in enumerate(f, 1):
             try:
-                row = json.loads(line)
+                row = json.loads(line)  # (bytes: a line that is not UTF-8 is named like any bad line)
                 rows[str(row["id"])] = row
-            except (json.JSONDecodeError, KeyError, TypeError):
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
                 raise UserError(f"{pq}:{n}: expected a JSON object with an 'id'") from None
     metrics = {}
     if (path / "metrics.json").is_file():

@@ -444,7 +444,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise UserError(f"{p}: config file not found")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        line = p.read_bytes()[: e.start].count(b"\n") + 1
+        raise UserError(f"{p}: line {line}: not UTF-8 text") from None
     try:
         if p.suffix.lower() == ".toml":
             import tomllib
@@ -455,7 +459,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
             cfg = yaml.safe_load(text) or {}
     except Exception as e:
-        raise UserError(f"{p}: cannot parse config ({str(e).splitlines()[0]})") from None
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)  # YAML: where it went wrong
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark is not None else ""
+        raise UserError(f"{p}: {where}cannot parse config ({(str(e).splitlines() or [type(e).__name__])[0]})") from None
     if not isinstance(cfg, dict):
         raise UserError(f"{p}: config must be a mapping of settings")
     return cfg

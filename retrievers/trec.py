@@ -26,17 +26,35 @@ def write_trec_run(path: str | Path, ranking: Ranking, query_ids: Sequence[str],
 def read_run(path: str | Path) -> dict[str, list[tuple[int, str, float]]]:
     """``qid -> [(rank, docid, score)]`` in rank order: a TREC run as its lines say, no corpus needed."""
     out: dict[str, list[tuple[int, str, float]]] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            parts = line.split()
+    seen: dict[tuple[str, str], int] = {}
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    with f:
+        for n, raw in enumerate(f, 1):
+            try:
+                text = raw.decode("utf-8-sig" if n == 1 else "utf-8")  # (a byte-order mark is no part of a qid)
+            except UnicodeDecodeError as e:
+                raise UserError(f"{path}:{n}: not UTF-8 text (byte {e.start + 1} of the line)") from None
+            if "\x00" in text:
+                raise UserError(f"{path}:{n}: NUL byte in the line")
+            parts = text.split()
             if not parts:
                 continue
             if len(parts) != 6:
                 raise UserError(f"{path}:{n}: expected 6 fields 'qid Q0 docid rank score tag'")
             try:
-                out.setdefault(parts[0], []).append((int(parts[3]), parts[2], float(parts[4])))
+                hit = (int(parts[3]), parts[2], float(parts[4]))
             except ValueError:
                 raise UserError(f"{path}:{n}: rank {parts[3]!r} or score {parts[4]!r} is not a number") from None
+            if not np.isfinite(hit[2]):
+                raise UserError(f"{path}:{n}: score {parts[4]!r} is not a finite number")
+            if (parts[0], parts[2]) in seen:  # (trec_eval refuses these too)
+                raise UserError(f"{path}:{n}: document {parts[2]!r} ranked again for query {parts[0]!r}"
+                                f" (also line {seen[parts[0], parts[2]]})")
+            seen[parts[0], parts[2]] = n
+            out.setdefault(parts[0], []).append(hit)
     for hits in out.values():
         hits.sort(key=lambda h: h[0])
     return out
