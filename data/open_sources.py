@@ -675,9 +675,11 @@ def read_questions(path: Path, fmt: str, bad: BadRecords) -> list[Question]:
 
 
 def _answer_list(value) -> list[str] | None:
+    """The answers, or None when they are not a string or a list of strings that are not blank (a blank
+    answer would be found in every passage)."""
     if isinstance(value, str):
-        return [value]
-    if isinstance(value, (list, tuple)) and all(isinstance(a, str) for a in value):
+        value = [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(a, str) and a.strip() for a in value):
         return list(value)
     return None
 
@@ -699,12 +701,18 @@ def _dpr_csv(path: Path, bad: BadRecords):
             if len(row) != 2:
                 bad(f"{path}:{reader.line_num}", f"expected question TAB [answers], got {len(row)} columns")
                 continue
+            if "\x00" in row[0] or "\x00" in row[1]:
+                bad(f"{path}:{reader.line_num}", "a NUL byte in the line")
+                continue
+            if not row[0].strip():
+                bad(f"{path}:{reader.line_num}", "the question is empty")
+                continue
             try:
                 answers = _answer_list(ast.literal_eval(row[1].strip()))
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
+            except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
                 answers = None
             if not answers:
-                bad(f"{path}:{reader.line_num}", f"answers {row[1][:60]!r} are not a Python list of strings")
+                bad(f"{path}:{reader.line_num}", f"answers {row[1][:60]!r} are not a Python list of strings that are not empty")
                 continue
             yield Question(str(index), row[0], answers)
             index += 1
@@ -712,6 +720,7 @@ def _dpr_csv(path: Path, bad: BadRecords):
 
 def _drqa_jsonl(path: Path, bad: BadRecords):
     index = 0
+    seen: dict[str, str] = {}
     for where, rec in _json_lines(path, bad):
         question = rec.get("question")
         answers = _answer_list(rec.get("answer", rec.get("answers")))
@@ -719,10 +728,20 @@ def _drqa_jsonl(path: Path, bad: BadRecords):
             bad(where, "record without a string 'question'")
             continue
         if not answers:
-            bad(where, "record without 'answer' (a string or a list of strings)")
+            bad(where, "record without 'answer' (a string or a list of strings that are not empty)")
             continue
-        qid = rec.get("id", rec.get("qid", index))
-        yield Question(str(qid), question, answers)
+        key = "id" if "id" in rec else "qid" if "qid" in rec else None
+        qid = rec[key] if key else index
+        if not _good_id(qid):  # (null was the id 'None', true 'True')
+            bad(where, f"'{key}' is not a string or an integer")
+            continue
+        qid = str(qid)
+        if qid in seen:
+            bad(where, f"question id {qid!r} appears again (first at {seen[qid]})")
+            continue
+        first = where[len(str(path)) + 1:].strip()
+        seen[qid] = f"line {first}" if first.isdigit() else first
+        yield Question(qid, question, answers)
         index += 1
 
 
@@ -755,7 +774,7 @@ def _dpr_json(path: Path, bad: BadRecords) -> list[Question]:
             continue
         answers = _answer_list(rec.get("answers"))
         if not answers:
-            bad(where, "'answers' is not a list of strings")
+            bad(where, "'answers' is not a list of strings that are not empty")
             continue
         gold = [str(c.get("passage_id", c.get("id"))) for c in rec.get("positive_ctxs") or []
                 if isinstance(c, dict) and c.get("passage_id", c.get("id")) is not None]

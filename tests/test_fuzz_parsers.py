@@ -576,6 +576,195 @@ def test_json_corpus_damaged(work):
     tally.run(prop)
 
 
+# ========================================================== open: questions
+def question_rows(path: Path, fmt: str):
+    """``(id, question, answers)`` of every question, as ``open:`` loads them."""
+    from data.open_domain import load_open_questions
+    from data.open_sources import SourceSpec
+
+    questions, _, _ = load_open_questions(SourceSpec("file", fmt, str(path)), "dev")
+    return [(q.qid, q.text, q.answers) for q in questions]
+
+
+answers_lists = st.lists(texts.filter(str.strip), min_size=1, max_size=3)
+
+
+@st.composite
+def dpr_questions(draw, one_line: bool = False):
+    """[(question, answers)]: DPR numbers its questions 0, 1, ... in file order."""
+    body = line_texts if one_line else texts
+    return draw(st.lists(st.tuples(body.filter(str.strip), answers_lists), min_size=1, max_size=5))
+
+
+def dpr_csv_bytes(rows, terminator="\n", cells=None) -> bytes:
+    """DPR's ``*.qa.csv``: question TAB ``str(list of answers)``, written by ``csv`` as DPR writes it (``cells``: the
+    cells of a row instead, for damage)."""
+    buf = io.StringIO()
+    quote_all = terminator == "\n" and any("\r" in q for q, _ in rows)  # (see dpr_tsv_bytes)
+    writer = csv.writer(buf, delimiter="\t", lineterminator=terminator,
+                        quoting=csv.QUOTE_ALL if quote_all else csv.QUOTE_MINIMAL)
+    for i, (question, answers) in enumerate(rows):
+        writer.writerow(cells(i, question, answers) if cells else [question, str(answers)])
+    return buf.getvalue().encode("utf-8")
+
+
+def test_dpr_csv_valid_round_trip(work):
+    tally = Tally("dpr-csv")
+
+    @fuzz_settings(30)
+    @given(rows=dpr_questions(), gz=st.booleans(), terminator=st.sampled_from(["\n", "\r\n"]), named=st.booleans())
+    def prop(rows, gz, terminator, named):
+        with tally.case():
+            path = write(fresh(work, "q.qa.csv.gz" if gz else "q.qa.csv"), dpr_csv_bytes(rows, terminator), gz)
+            expected = [(str(i), q, answers) for i, (q, answers) in enumerate(rows)]
+            outcome(lambda: question_rows(path, "dpr-csv" if named else None), path, "ok", expected)
+
+    tally.run(prop)
+
+
+ANSWER_CELLS = {  # the answers cell as written -> the answers it means (None: not DPR answers, an error)
+    "['a', 'b']": ["a", "b"], "('a',)": ["a"], "'a'": ["a"], '["x y"]': ["x y"],
+    "[]": None, "['']": None, "[' ']": None, "['a', '']": None, "['a', None]": None, "[1]": None, "1": None,
+    "None": None, "abc": None, "['a'": None, "{'a'}": None, "[b'a']": None, "{'a': 1}": None, "['a'] + ['b']": None,
+    "": None, "[[]]": None, "__import__('os')": None,
+}
+
+
+@st.composite
+def dpr_csv_damage(draw):
+    rows = draw(dpr_questions(one_line=True))
+    expected = [(str(i), q, answers) for i, (q, answers) in enumerate(rows)]
+    i = draw(st.integers(0, len(rows) - 1))
+    kind = draw(st.sampled_from(["empty_question", "empty_answer", "answers_cell", "columns", "bytes", "bytes"]))
+    if kind == "empty_question":
+        rows[i] = (draw(st.sampled_from(["", " ", "\t", "\u3000"])), rows[i][1])
+        return dpr_csv_bytes(rows), "error", expected
+    if kind == "empty_answer":
+        answers = list(rows[i][1])
+        answers.insert(draw(st.integers(0, len(answers))), draw(st.sampled_from(["", " ", "\n"])))
+        rows[i] = (rows[i][0], answers)
+        return dpr_csv_bytes(rows), "error", expected
+    if kind == "answers_cell":
+        cell = draw(st.sampled_from(sorted(ANSWER_CELLS)))
+        data = dpr_csv_bytes(rows, cells=lambda j, q, a: [q, cell if j == i else str(a)])
+        if ANSWER_CELLS[cell] is None:
+            return data, "error", expected
+        return data, "ok", expected[:i] + [(str(i), rows[i][0], ANSWER_CELLS[cell])] + expected[i + 1:]
+    if kind == "columns":
+        width = draw(st.sampled_from([1, 3, 4]))
+        data = dpr_csv_bytes(rows, cells=lambda j, q, a: ([q, str(a), "x", "y"][:width] if j == i else [q, str(a)]))
+        return data, "error", expected
+    damaged, expect = draw(byte_damage(dpr_csv_bytes(rows), len(rows)))
+    if b"\x00" in damaged:
+        expect = "error"  # a NUL byte is never text
+    return damaged, expect, expected
+
+
+def test_dpr_csv_damaged(work):
+    tally = Tally("dpr-csv")
+
+    @fuzz_settings(60)
+    @given(case=dpr_csv_damage())
+    def prop(case):
+        with tally.case():
+            data, expect, expected = case
+            path = write(fresh(work, "q.qa.csv"), data)
+            outcome(lambda: question_rows(path, "dpr-csv"), path, loose(expect), expected,
+                    whole_file=("no questions with answers",))
+
+    tally.run(prop)
+
+
+@st.composite
+def drqa_questions(draw):
+    """(records, expected rows): DrQA/Anserini ``{"question", "answer"}``, with ids ``id`` or ``qid`` or none (the
+    line index)."""
+    n = draw(st.integers(1, 5))
+    id_key = draw(st.sampled_from([None, "id", "qid"]))
+    qids = draw(st.lists(ids.filter(lambda s: s.strip() == s), min_size=n, max_size=n, unique=True))
+    records, expected = [], []
+    for k, qid in enumerate(qids):
+        question, answers = draw(texts.filter(str.strip)), draw(answers_lists)
+        written = answers[0] if len(answers) == 1 and draw(st.booleans()) else answers  # one answer: a string or a list
+        rec = {"question": question, draw(st.sampled_from(["answer", "answers"])): written}
+        if id_key:
+            rec[id_key] = draw(st.sampled_from([qid, int(qid)] if qid.isdigit() and str(int(qid)) == qid else [qid]))
+        records.append(rec)
+        expected.append((qid if id_key else str(k), question, answers))
+    return records, expected
+
+
+def test_drqa_jsonl_valid_round_trip(work):
+    tally = Tally("drqa-jsonl")
+
+    @fuzz_settings(30)
+    @given(case=drqa_questions(), array=st.booleans(), gz=st.booleans(), ascii_only=st.booleans(), named=st.booleans())
+    def prop(case, array, gz, ascii_only, named):
+        with tally.case():
+            records, expected = case
+            raw = json.dumps(records, ensure_ascii=ascii_only).encode() if array else jsonl_bytes(records, ascii_only)
+            path = write(fresh(work, "q.jsonl.gz" if gz else "q.jsonl"), raw, gz)
+            outcome(lambda: question_rows(path, "jsonl" if named else None), path, "ok", expected)
+
+    tally.run(prop)
+
+
+@st.composite
+def drqa_jsonl_damage(draw):
+    records, expected = draw(drqa_questions())
+    i = draw(st.integers(0, len(records) - 1))
+    answer_key = "answer" if "answer" in records[i] else "answers"
+    id_key = next((k for k in ("id", "qid") if k in records[i]), None)
+    kind = draw(st.sampled_from(["missing", "wrong_type", "bad_id", "duplicate_id", "extra_key", "bad_line",
+                                 "bytes", "bytes"]))
+    if kind == "missing":
+        del records[i][draw(st.sampled_from(["question", answer_key]))]
+        return jsonl_bytes(records), "error", expected
+    if kind == "wrong_type":
+        if draw(st.booleans()):
+            records[i]["question"] = draw(st.sampled_from([None, 3, [], {}, ["q"], True, "", " \t"]))
+        else:
+            records[i][answer_key] = draw(st.sampled_from([None, 3, [], {}, True, "", " ", [""], ["a", ""], [1], ["a", None],
+                                                           [["a"]], {"text": "a"}]))
+        return jsonl_bytes(records), "error", expected
+    if kind == "bad_id":
+        records[i][id_key or draw(st.sampled_from(["id", "qid"]))] = draw(st.sampled_from([None, True, False, 1.5, [], {},
+                                                                                           ["1"], "", " "]))
+        return jsonl_bytes(records), "error", expected
+    if kind == "duplicate_id":
+        assume(id_key and len(records) > 1)
+        records[i][id_key] = records[(i + 1) % len(records)][id_key]
+        return jsonl_bytes(records), "error", expected
+    if kind == "extra_key":
+        records[i][draw(st.sampled_from(["x_extra", "title", "context"]))] = draw(st.sampled_from([None, 1, "v", []]))
+        return jsonl_bytes(records), "ok", expected
+    if kind == "bad_line":
+        lines = jsonl_bytes(records).split(b"\n")
+        line = lines[i]
+        lines[i] = draw(st.sampled_from([line[: max(len(line) // 2, 1)], b"[1, 2]", b'"text"', b"3", b"null",
+                                         line + b"}", line.replace(b":", b"", 1)]))
+        return b"\n".join(lines), "error", expected
+    damaged, expect = draw(byte_damage(jsonl_bytes(records), len(records)))
+    if expect == "prefix-or-error":  # a cut inside a JSON line, or a NUL byte: never valid JSON
+        expect = "prefix" if damaged.endswith(b"\n") else "error"
+    return damaged, expect, expected
+
+
+def test_drqa_jsonl_damaged(work):
+    tally = Tally("drqa-jsonl")
+
+    @fuzz_settings(60)
+    @given(case=drqa_jsonl_damage())
+    def prop(case):
+        with tally.case():
+            data, expect, expected = case
+            path = write(fresh(work, "q.jsonl"), data)
+            outcome(lambda: question_rows(path, "jsonl"), path, loose(expect), expected,
+                    whole_file=("no questions with answers",))
+
+    tally.run(prop)
+
+
 # ===================================================================== BEIR
 @st.composite
 def beir_sets(draw):
