@@ -107,15 +107,20 @@ def solo(open_data, tmp_path_factory):
             assert main(flags(open_data, name, root / name)) == 0
             results[name] = outputs(root / name)
     assert set(results["bm25"]) == set(OUTPUTS) and set(results["rrf"]) == {*OUTPUTS, *READ_OUTPUTS}
+    results["java"] = root / "cache" / "java"  # our compiled BM25 helper and the JVM's class-data archive
     return results
 
 
 @pytest.fixture(scope="module")
-def together(open_data, tmp_path_factory):
-    """The four processes started at the same moment over one empty cache; the two dense ones share a read cache."""
+def together(open_data, solo, tmp_path_factory):
+    """The four processes started at the same moment over one cache holding nothing but the compiled Java helper
+    (compiling it is not what is tested here, and costs CPU time); the two dense ones share a read cache."""
+    import shutil
+
     pytest.importorskip("ray")
     root = tmp_path_factory.mktemp("together")
     cache, reads = root / "cache", root / "reads"
+    shutil.copytree(solo["java"], cache / "java")
     procs = {}
     for name, command in PROCESSES.items():
         argv = flags(open_data, command, root / name, reads if command == "dense" else None)
