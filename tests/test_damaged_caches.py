@@ -536,3 +536,38 @@ def test_damaged_dense_caches_are_rebuilt_with_one_warning_each(dense_cache, dam
     assert _dense_entries(root) == rebuilt
     manifest = json.loads((tmp_path / "again" / "manifest.json").read_text())
     assert manifest["embedding_shards"]["computed"] == 0 and manifest["reading"]["reads_done"] == 0
+
+
+def test_damaged_row_map_of_a_given_index_is_rebuilt(tmp_path, monkeypatch, capfd):
+    """The cached Lucene-document -> corpus-row map of an index given with ``--bm25-index``: a flipped byte loaded
+    silently (other rows for the same documents) before it carried a checksum."""
+    from types import SimpleNamespace
+
+    from retrievers.bm25 import _cached_row_map
+
+    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "cache"))
+    index = tmp_path / "theirs"
+    index.mkdir()
+    (index / "segments_1").write_bytes(b"commit")
+    corpus = SimpleNamespace(content_key="corpus-key")
+    rows = np.arange(1000, dtype=np.int64)[::-1].copy()
+    builds = []
+
+    def build():
+        builds.append(1)
+        return rows
+
+    np.testing.assert_array_equal(_cached_row_map(index, corpus, build), rows)
+    (path,) = (tmp_path / "cache" / "bm25" / "rowmaps").glob("*.npy")
+    capfd.readouterr()
+    np.testing.assert_array_equal(_cached_row_map(index, corpus, build), rows)
+    assert len(builds) == 1 and capfd.readouterr().err == ""  # reused, silently
+    for damage in (lambda p: flip(p, p.stat().st_size - 3), truncate):
+        damage(path)
+        np.testing.assert_array_equal(_cached_row_map(index, corpus, build), rows)
+        err = capfd.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith(f"warning: {path}: cached BM25 row map is damaged ("), err
+        assert err[0].endswith("; removed and rebuilt")
+    assert len(builds) == 3
+    np.testing.assert_array_equal(_cached_row_map(index, corpus, build), rows)
+    assert len(builds) == 3
