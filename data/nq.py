@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import numbers
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,12 +104,39 @@ def _as_rows(x) -> list[dict]:
     return list(x)
 
 
+def _int(value, what: str) -> int:
+    """An integer field (a token or byte offset): ``"3"``, ``3.5``, ``true`` and ``null`` are errors, not offsets."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{what} {value!r} is not an integer")
+    return int(value)
+
+
+def _bool(value, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{what} {value!r:.40} is not true or false")
+    return value
+
+
+def _str(value, what: str, blank: bool = True) -> str:
+    """A text field (``blank``: may be empty)."""
+    if not isinstance(value, str) or not (blank or value.strip()):
+        raise ValueError(f"{what} {value!r:.40} is not {'a string' if blank else 'a string that is not empty'}")
+    return value
+
+
+def _example_id(value) -> str:
+    """A record's example_id: an integer or a string (``null`` became the id 'None')."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, str)) or not str(value).strip():
+        raise ValueError(f"example_id {value!r:.40} is not an integer or a string")
+    return str(value)
+
+
 def _annotation(ann: dict) -> dict:
     la = ann.get("long_answer") or {}
     shorts = _as_rows(ann.get("short_answers"))
     return {
-        "long": (int(la.get("start_token", -1)), int(la.get("end_token", -1))),
-        "short": [(int(s["start_token"]), int(s["end_token"])) for s in shorts],
+        "long": (_int(la.get("start_token", -1), "start_token"), _int(la.get("end_token", -1), "end_token")),
+        "short": [(_int(s["start_token"], "start_token"), _int(s["end_token"], "end_token")) for s in shorts],
     }
 
 
@@ -123,23 +151,26 @@ def _title_from_url(url: str) -> str:
 def _normalize(rec: dict, where: str) -> _Example:
     if "document_tokens" in rec:  # original format
         toks = rec["document_tokens"]
+        if not isinstance(toks, list):
+            raise ValueError("document_tokens is not a list")
         return _Example(
-            example_id=str(rec["example_id"]),
-            title=rec.get("document_title") or "",
-            question=rec["question_text"],
-            tokens=[t["token"] for t in toks],
-            is_html=[bool(t["html_token"]) for t in toks],
-            start_bytes=[int(t["start_byte"]) for t in toks],
-            end_bytes=[int(t["end_byte"]) for t in toks],
-            html=rec["document_html"].encode("utf-8"),
+            example_id=_example_id(rec["example_id"]),
+            title=_str(rec.get("document_title") or "", "document_title"),
+            question=_str(rec["question_text"], "question_text", blank=False),
+            tokens=[_str(t["token"], "token") for t in toks],
+            is_html=[_bool(t["html_token"], "html_token") for t in toks],
+            start_bytes=[_int(t["start_byte"], "start_byte") for t in toks],
+            end_bytes=[_int(t["end_byte"], "end_byte") for t in toks],
+            html=_str(rec["document_html"], "document_html").encode("utf-8"),
             annotations=[_annotation(a) for a in rec.get("annotations") or []],
         )
     if "document_text" in rec:  # simplified format
-        tokens = rec["document_text"].split(" ")
+        tokens = _str(rec["document_text"], "document_text").split(" ")
         return _Example(
-            example_id=str(rec["example_id"]),
-            title=rec.get("document_title") or _title_from_url(rec.get("document_url", "")),
-            question=rec["question_text"],
+            example_id=_example_id(rec["example_id"]),
+            title=_str(rec.get("document_title") or _title_from_url(_str(rec.get("document_url", ""), "document_url")),
+                       "document_title"),
+            question=_str(rec["question_text"], "question_text", blank=False),
             tokens=tokens,
             is_html=[bool(_SIMPLIFIED_HTML.fullmatch(t)) for t in tokens],
             start_bytes=None,
@@ -258,23 +289,27 @@ def nq_record_to_article(rec: dict, stats: dict | None = None, where: str = "<nq
     }
 
 
-def nq_to_squad(records: Iterable[dict], stats: dict | None = None, *, version: str = "reqa_nq") -> dict:
+def nq_to_squad(records: Iterable[dict], stats: dict | None = None, *, version: str = "reqa_nq",
+                where: list[str] | None = None) -> dict:
     """Convert NQ records (original, simplified or HF format) to a SQuAD v1.1-format dict.
 
     ``stats`` (if given) receives ``records``, ``kept``, the count of each skip
     reason in :data:`SKIP_REASONS` and ``answer_text_mismatch`` (kept records
     whose cleaned short answer is not at ``answer_start``; ReQA keeps them).
+    ``where`` (from :func:`iter_nq_records`): ``[FILE:LINE]`` of the record being
+    read, named by the errors.
     """
     stats = {} if stats is None else stats
     data = []
     for n, rec in enumerate(records):
+        at = f"{where[0]}: " if where else ""
         stats["records"] = stats.get("records", 0) + 1
         if not isinstance(rec, dict):
-            raise UserError(f"<nq>: record {n}: expected a JSON object")
+            raise UserError(f"{at or '<nq>: '}record {n}: expected a JSON object")
         try:
-            article = nq_record_to_article(rec, stats, where=f"record {n}")
+            article = nq_record_to_article(rec, stats, where=f"{at}record {n}")
         except (KeyError, TypeError, ValueError, IndexError) as e:
-            raise UserError(f"NQ record {n} (example_id {rec.get('example_id', rec.get('id', '?'))}): "
+            raise UserError(f"{at}NQ record {n} (example_id {rec.get('example_id', rec.get('id', '?'))}): "
                             f"malformed ({type(e).__name__}: {e})") from None
         if article is not None:
             data.append(article)
@@ -297,8 +332,9 @@ def nq_files(path: str | Path) -> list[Path]:
     raise UserError(f"{path}: no such file or directory")
 
 
-def iter_nq_records(files: Iterable[Path]) -> Iterator[dict]:
-    """Records of NQ JSONL files (plain or gzipped), with a progress bar per file."""
+def iter_nq_records(files: Iterable[Path], where: list[str] | None = None) -> Iterator[dict]:
+    """Records of NQ JSONL files (plain or gzipped), with a progress bar per file; ``where`` (a list) holds the
+    ``FILE:LINE`` of the record last yielded."""
     from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
     for path in files:
@@ -306,15 +342,22 @@ def iter_nq_records(files: Iterable[Path]) -> Iterator[dict]:
             gz = f.read(2) == b"\x1f\x8b"
         opener = gzip.open if gz else open
         try:
-            with opener(path, "rt", encoding="utf-8") as f:
-                for lineno, line in enumerate(tqdm(f, desc=f"nq {path.name}", unit="rec", leave=False, mininterval=2), 1):
+            with opener(path, "rb") as f:  # (bytes, decoded line by line: a line that is not UTF-8 is named)
+                for lineno, raw in enumerate(tqdm(f, desc=f"nq {path.name}", unit="rec", leave=False, mininterval=2), 1):
+                    try:
+                        line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")  # (a byte-order mark is no text)
+                    except UnicodeDecodeError:
+                        raise UserError(f"{path}: cannot read line {lineno} (not UTF-8 text)") from None
                     if not line.strip():
                         continue
                     try:
-                        yield json.loads(line)
+                        rec = json.loads(line)
                     except json.JSONDecodeError as e:
                         raise UserError(f"{path}: line {lineno}: malformed JSON ({e.msg})") from None
-        except (OSError, EOFError, UnicodeDecodeError) as e:
+                    if where is not None:
+                        where[:] = [f"{path}:{lineno}"]
+                    yield rec
+        except (OSError, EOFError) as e:
             raise UserError(f"{path}: cannot read ({e})") from None
 
 
@@ -356,7 +399,8 @@ def nq_squad(split: str, *, data_dir: Path | None = None, data_file: Path | None
             return blob["squad"], sources
         except (OSError, EOFError, ValueError, KeyError):
             cached.unlink(missing_ok=True)
-    squad = nq_to_squad(iter_nq_records(files), stats)
+    where: list[str] = []
+    squad = nq_to_squad(iter_nq_records(files, where), stats, where=where)
     try:
         with atomic_path(cached) as tmp:
             with gzip.open(tmp, "wt", encoding="utf-8") as f:

@@ -16,6 +16,7 @@ For each format two properties run on generated files:
 Formats (the ``format`` key of the report): ``squad`` (``data.squad.load_squad_json``), ``dpr-tsv`` and
 ``pyserini`` and ``beir-corpus`` (``open:`` corpora through ``data.open_domain.open_corpus_store``, Arrow
 and Python readers), ``dpr-csv`` and ``drqa-jsonl`` (``open:`` questions through ``data.open_domain.load_open``),
+``nq`` (``data.nq.nq_squad``: original and simplified NQ JSONL, as ``reqa_nq`` converts them),
 ``beir`` (``data.beir.read_beir_dir``: corpus.jsonl, queries.jsonl, qrels tsv), ``trec-run``
 (``retrievers.trec.read_run``), ``per-query`` (``pipeline.compare.load_run``), ``config`` (``--config``
 YAML/TOML through ``pipeline.cli.config_from_argv``), ``retriever-spec`` (``retrievers.registry.make_retriever``)
@@ -761,6 +762,165 @@ def test_drqa_jsonl_damaged(work):
             path = write(fresh(work, "q.jsonl"), data)
             outcome(lambda: question_rows(path, "jsonl"), path, loose(expect), expected,
                     whole_file=("no questions with answers",))
+
+    tally.run(prop)
+
+
+# ======================================================================= NQ
+NQ_WORD = st.text(st.sampled_from("abcxyzAB019,.'()éß東-"), min_size=1, max_size=6)  # a text token: no space, no < >
+NQ_SKIPS = {"kept": None, "two_shorts": "not_one_short_answer", "no_short": "not_one_short_answer",
+            "no_long": "no_long_answer", "not_paragraph": "long_answer_not_paragraph", "no_annotation": "no_annotation"}
+
+
+@st.composite
+def nq_records(draw):
+    """(NQ records in the original or the simplified format, the ReQA NQ SQuAD dict they make, skip counts).
+
+    A page is ``<H1> title words </H1> <P> words </P>``; the original format's page puts after each text token a
+    space or nothing, so ReQA's text is each paragraph word followed by what follows it on the page (the last one
+    too: the long answer ends with ``</P>``); the simplified format joins text tokens with one space.
+    """
+    original = draw(st.booleans())
+    records, articles, skips = [], [], dict.fromkeys(set(NQ_SKIPS.values()) - {None}, 0)
+    eids = draw(st.lists(st.one_of(st.integers(0, 2**62), ids), min_size=1, max_size=4, unique_by=str))
+    for eid in eids:
+        title = draw(st.text(st.sampled_from("abcXYZ é"), min_size=1, max_size=10).map(str.strip).filter(bool))
+        head = draw(st.lists(NQ_WORD, min_size=1, max_size=2))
+        words = draw(st.lists(NQ_WORD, min_size=1, max_size=6))
+        seps = [draw(st.sampled_from([" ", ""])) if original else " " for _ in words]
+        tokens = ["<H1>", *head, "</H1>", "<P>", *words, "</P>"]
+        p0 = len(head) + 2  # the <P>
+        kind = draw(st.sampled_from(sorted(NQ_SKIPS)))
+        a = draw(st.integers(0, len(words) - 1))
+        b = draw(st.integers(a + 1, len(words)))
+        short = [(p0 + 1 + a, p0 + 1 + b)]
+        long = (p0, len(tokens))
+        if kind == "two_shorts":
+            short = short * 2
+        elif kind == "no_short":
+            short = []
+        elif kind == "no_long":
+            long = (-1, -1)
+        elif kind == "not_paragraph":
+            long = (draw(st.integers(0, p0 - 1)), len(tokens))
+        annotations = [] if kind == "no_annotation" else [
+            {"long_answer": {"start_token": long[0], "end_token": long[1], "candidate_index": 0},
+             "short_answers": [{"start_token": s, "end_token": e} for s, e in short], "yes_no_answer": "NONE"}]
+        question = draw(texts.filter(str.strip))
+        rec = {"example_id": eid, "question_text": question, "annotations": annotations}
+        if original:
+            html, toks = "", []
+            after = [" "] * (p0 + 1) + seps + [" "]
+            for tok, sep in zip(tokens, after):
+                start = len(html.encode("utf-8"))
+                html += tok
+                toks.append({"token": tok, "html_token": tok.startswith("<"), "start_byte": start,
+                             "end_byte": len(html.encode("utf-8"))})
+                html += sep
+            rec.update(document_title=title, document_html=html, document_tokens=toks)
+            context = "".join(w + s for w, s in zip(words, seps))
+            answer = "".join(w + s for w, s in zip(words[a:b - 1], seps[a:b - 1])) + words[b - 1]
+            start = len("".join(w + s for w, s in zip(words[:a], seps[:a])))
+        else:
+            rec.update(document_url=f"https://en.wikipedia.org//w/index.php?title={title.replace(' ', '_')}&amp;oldid=1",
+                       document_text=" ".join(tokens))
+            context, answer = " ".join(words), " ".join(words[a:b])
+            start = len(" ".join(words[:a])) + (1 if a else 0)
+        records.append(rec)
+        if NQ_SKIPS[kind]:
+            skips[NQ_SKIPS[kind]] += 1
+        else:
+            articles.append({"title": title, "paragraphs": [{"context": context, "qas": [
+                {"id": str(eid), "question": question, "answers": [{"answer_start": start, "text": answer}]}]}]})
+    return records, {"version": "reqa_nq", "data": articles}, skips
+
+
+def nq_view(path: Path):
+    """What ``reqa_nq`` makes of an NQ file: its SQuAD dict and skip counts."""
+    from data.nq import nq_squad
+
+    stats: dict = {}
+    squad, _ = nq_squad("dev", data_file=path, stats=stats)
+    return squad, {k: v for k, v in stats.items() if k in NQ_SKIPS.values()}
+
+
+def test_nq_valid_round_trip(work):
+    tally = Tally("nq")
+
+    @fuzz_settings(30)
+    @given(case=nq_records(), gz=st.booleans(), ascii_only=st.booleans())
+    def prop(case, gz, ascii_only):
+        with tally.case():
+            records, squad, skips = case
+            path = write(fresh(work, "nq-dev-00.jsonl.gz" if gz else "nq-dev-00.jsonl"), jsonl_bytes(records, ascii_only), gz)
+            outcome(lambda: nq_view(path), path, "ok", (squad, skips))
+
+    tally.run(prop)
+
+
+NQ_WRONG = {  # field -> values of a type it never has
+    "example_id": [None, True, 1.5, [], {}, ""], "question_text": [None, 3, [], {}, "", " "],
+    "document_text": [None, 3, [], {}], "document_html": [None, 3, []], "document_title": [3, [], {}],
+    "start_token": ["3", 1.5, None, True, []], "end_token": ["3", 2.5, None, False], "token": [None, 3, []],
+    "html_token": ["yes", 1, None], "start_byte": ["0", 1.5, None, True], "end_byte": ["0", 0.5, None],
+}
+
+
+@st.composite
+def nq_damage(draw):
+    records, squad, skips = draw(nq_records())
+    i = draw(st.integers(0, len(records) - 1))
+    rec = records[i]
+    original = "document_tokens" in rec
+    kind = draw(st.sampled_from(["missing", "wrong_type", "bad_line", "bytes", "bytes"]))
+    if kind == "missing":
+        del rec[draw(st.sampled_from(["example_id", "question_text", "document_tokens" if original else "document_text"]))]
+        return jsonl_bytes(records), "error", (squad, skips)
+    if kind == "wrong_type":
+        top = ["example_id", "question_text"] + (["document_html", "document_title"] if original else ["document_text"])
+        inner = (["start_token", "end_token"] if rec["annotations"] else []) + (
+            ["token", "html_token", "start_byte", "end_byte"] if original else [])
+        key = draw(st.sampled_from(top + inner))
+        value = draw(st.sampled_from(NQ_WRONG[key]))
+        if key in ("start_token", "end_token"):
+            where = rec["annotations"][0]
+            where = draw(st.sampled_from([where["long_answer"]] + where["short_answers"]))
+        elif key in ("token", "html_token", "start_byte", "end_byte"):
+            where = draw(st.sampled_from(rec["document_tokens"]))
+        else:
+            where = rec
+        where[key] = value
+        return jsonl_bytes(records), "error", (squad, skips)
+    if kind == "bad_line":
+        lines = jsonl_bytes(records).split(b"\n")
+        lines[i] = draw(st.sampled_from([lines[i][: max(len(lines[i]) // 2, 1)], b"[1, 2]", b'"text"', b"3", b"null",
+                                         lines[i] + b"}"]))
+        return b"\n".join(lines), "error", (squad, skips)
+    damaged, expect = draw(byte_damage(jsonl_bytes(records), len(records)))
+    if b"\x00" in damaged:
+        expect = "error"  # a NUL byte is never JSON
+    return damaged, expect, (squad, skips)
+
+
+def test_nq_damaged(work):
+    tally = Tally("nq")
+
+    @fuzz_settings(60)
+    @given(case=nq_damage())
+    def prop(case):
+        with tally.case():
+            data, expect, (squad, skips) = case
+            path = write(fresh(work, "nq-dev-00.jsonl"), data)
+
+            def equal(got, value):
+                got_squad, got_skips = got
+                if expect.startswith("prefix"):  # a cut at a line end: the first records (a cut elsewhere: an error)
+                    kept = got_squad["data"]
+                    assert kept == squad["data"][: len(kept)] and all(got_skips[k] <= skips[k] for k in skips), (got, value)
+                else:
+                    assert got == value
+
+            outcome(lambda: nq_view(path), path, "same" if expect != "error" else "error", (squad, skips), equal=equal)
 
     tally.run(prop)
 
