@@ -424,3 +424,59 @@ def discard_directory(path: Path, what: str) -> None:
     except OSError as e:
         raise UserError(f"{path}: cannot remove the damaged {what} ({os_reason(e)}); delete it and rerun") from None
     shutil.rmtree(aside, ignore_errors=True)
+
+
+def load_config_text(text: str, path: str | os.PathLike) -> Any:
+    """The value of a YAML, TOML or JSON config file's ``text`` (by the suffix of ``path``).
+
+    A key given twice in one mapping is a UserError naming the file, the line and the key: PyYAML and ``json``
+    would keep the last one without a word, ``tomllib`` refuses it without naming the key.  Other syntax errors
+    are raised as the parsers raise them.
+    """
+    import re
+
+    suffix = Path(path).suffix.lower()
+    if suffix == ".toml":
+        import tomllib
+
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            at = re.search(r"\(at line (\d+), column \d+\)", str(e))
+            if at and str(e).startswith(("Cannot overwrite a value", "Cannot declare")):
+                line = int(at.group(1))
+                source = (text.splitlines() or [""])[min(line, len(text.splitlines())) - 1].strip()
+                key = source.strip("[] ").split("=")[0].strip() or source
+                raise UserError(f"{path}: line {line}: key {key!r} appears twice (one value per key)") from None
+            raise
+    if suffix == ".json":
+        def unique(pairs):
+            seen = {}
+            for k, v in pairs:
+                if k in seen:
+                    raise UserError(f"{path}: key {k!r} appears twice in one object (one value per key)")
+                seen[k] = v
+            return seen
+
+        return json.loads(text, object_pairs_hook=unique)
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen: dict = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":  # (<<: merged keys may be overridden)
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        first = seen.get(key)
+                    except TypeError:  # an unhashable key: the constructor names it
+                        continue
+                    if first is not None:
+                        raise UserError(f"{path}: line {key_node.start_mark.line + 1}: key {key!r} appears twice "
+                                        f"(first on line {first}; one value per key)")
+                    seen[key] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep)
+
+    return yaml.load(text, Loader=UniqueKeyLoader)

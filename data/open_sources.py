@@ -147,18 +147,17 @@ def _make_spec(corpus, questions, options: dict, base: Path | None, text: str) -
 def _config_spec(path: Path) -> OpenSpec:
     if not path.is_file():
         raise UserError(f"{path}: no such file (open: dataset config)")
-    text = path.read_text(encoding="utf-8")
     try:
-        if path.suffix == ".toml":
-            import tomllib
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[: e.start].count(b"\n") + 1
+        raise UserError(f"{path}: line {line}: not UTF-8 text") from None
+    try:
+        from data.io import load_config_text
 
-            cfg = tomllib.loads(text)
-        elif path.suffix == ".json":
-            cfg = json.loads(text)
-        else:
-            import yaml
-
-            cfg = yaml.safe_load(text)
+        cfg = load_config_text(text, path)  # (a key given twice is an error, not the last one winning)
+    except UserError:
+        raise
     except Exception as e:  # noqa: BLE001 - any parse error is the user's file
         raise UserError(f"{path}: cannot parse ({type(e).__name__}: {e})") from None
     if not isinstance(cfg, dict) or "corpus" not in cfg or "questions" not in cfg:

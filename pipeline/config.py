@@ -450,14 +450,13 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         line = p.read_bytes()[: e.start].count(b"\n") + 1
         raise UserError(f"{p}: line {line}: not UTF-8 text") from None
     try:
-        if p.suffix.lower() == ".toml":
-            import tomllib
+        from data.io import load_config_text
 
-            cfg = tomllib.loads(text)
-        else:
-            import yaml
-
-            cfg = yaml.safe_load(text) or {}
+        cfg = load_config_text(text, p)  # (a key given twice is an error, not the last one winning)
+        if cfg is None and p.suffix.lower() != ".toml":
+            cfg = {}
+    except UserError:
+        raise
     except Exception as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)  # YAML: where it went wrong
         where = f"line {mark.line + 1} column {mark.column + 1}: " if mark is not None else ""

@@ -1149,7 +1149,8 @@ def test_config_valid_and_damaged(work):
     @fuzz_settings(100)
     @given(settings_=st.dictionaries(st.sampled_from(sorted(CONFIG_FIELDS)), st.none(), min_size=1).flatmap(
         lambda keys: st.fixed_dictionaries({k: CONFIG_FIELDS[k][0] for k in keys})),
-        toml=st.booleans(), kind=st.sampled_from(["valid", "wrong_type", "unknown", "not_mapping", "syntax", "bad_utf8"]),
+        toml=st.booleans(), kind=st.sampled_from(["valid", "wrong_type", "unknown", "not_mapping", "syntax", "bad_utf8",
+                                                  "duplicate"]),
         data=st.data())
     def prop(settings_, toml, kind, data):
         with tally.case():
@@ -1178,7 +1179,17 @@ def test_config_valid_and_damaged(work):
                 raw = raw + data.draw(st.sampled_from([b"retriever: [bm25\n", b"\tdepth: 3\n", b"a: b: c\n", b"= 3\n", b"[x\n"]))
             elif kind == "bad_utf8":
                 raw = raw[:3] + data.draw(st.sampled_from(BAD_UTF8)) + raw[3:]
+            elif kind == "duplicate":  # a key given again, with its value or another: never "the last one wins"
+                key = data.draw(st.sampled_from(sorted(cfg)))
+                again = data.draw(st.sampled_from([cfg[key], data.draw(CONFIG_FIELDS[key][0])]))
+                raw += (f"{key} = {toml_value(again)}\n" if toml else yaml.safe_dump({key: again}, allow_unicode=True)).encode()
             path = write(fresh(work, "run.toml" if toml else "run.yaml"), raw)
+            if kind == "duplicate":
+                with pytest.raises(UserError) as info:
+                    parse_run_config(path)
+                check_error(info.value, path)
+                assert f"key {key!r} appears twice" in str(info.value), str(info.value)
+                return
 
             def view(config):
                 out = {}
