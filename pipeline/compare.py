@@ -30,9 +30,10 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import string
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -59,8 +60,12 @@ class Run:
     path: Path
     metrics: dict
     rows: dict[str, dict]  # id -> per-query values
+    kinds: dict[str, tuple[str, int]] = field(default_factory=dict)  # column -> ("number" or "text", first line)
 
     def values(self, metric: str) -> dict[str, float]:
+        kind, line = self.kinds.get(metric, ("number", 0))
+        if kind != "number":
+            raise UserError(f"{self.path / 'per_query.jsonl'}:{line}: {metric} is text, not a per-query number")
         return {qid: float(r[metric]) for qid, r in self.rows.items() if r.get(metric) is not None}
 
 
@@ -70,20 +75,47 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
     if not pq.is_file():
         raise UserError(f"{pq}: not found (is {path} the --out directory of pipeline.run?)")
     rows: dict[str, dict] = {}
+    first_line: dict[str, int] = {}
+    kinds: dict[str, tuple[str, int]] = {}
     with open(pq, "rb") as f:
         for n, line in enumerate(f, 1):
             try:
                 row = json.loads(line)  # (bytes: a line that is not UTF-8 is named like any bad line)
-                rows[str(row["id"])] = row
+                qid = row["id"]
             except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
                 raise UserError(f"{pq}:{n}: expected a JSON object with an 'id'") from None
+            if isinstance(qid, bool) or not isinstance(qid, (str, int)) or not str(qid).strip():
+                raise UserError(f"{pq}:{n}: 'id' is not a string or an integer")  # (null was the id 'None')
+            qid = str(qid)
+            if qid in first_line:  # (the later row replaced the first without a word)
+                raise UserError(f"{pq}:{n}: query id {qid!r} appears again (first on line {first_line[qid]})")
+            first_line[qid] = n
+            for key, value in row.items():
+                if key in NOT_METRICS or value is None:
+                    continue
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise UserError(f"{pq}:{n}: {key} is {value} (per-query values are finite numbers or null)")
+                kind = "number" if isinstance(value, (int, float)) else "text" if isinstance(value, str) else None
+                if kind is None:
+                    raise UserError(f"{pq}:{n}: {key} is a JSON {type(value).__name__}, not a number")
+                seen = kinds.setdefault(key, (kind, n))
+                if seen[0] != kind:
+                    raise UserError(f"{pq}:{n}: {key} is {'a number' if kind == 'number' else 'text'} here "
+                                    f"but {'a number' if seen[0] == 'number' else 'text'} on line {seen[1]}")
+            rows[qid] = row
     metrics = {}
-    if (path / "metrics.json").is_file():
+    mj = path / "metrics.json"
+    if mj.is_file():
         try:
-            metrics = json.loads((path / "metrics.json").read_text(encoding="utf-8"))
+            metrics = json.loads(mj.read_bytes())
         except json.JSONDecodeError as e:
-            raise UserError(f"{path / 'metrics.json'}:{e.lineno}: not valid JSON ({e.msg})") from None
-    return Run(name or path.name, path, metrics, rows)
+            raise UserError(f"{mj}:{e.lineno}: not valid JSON ({e.msg})") from None
+        except UnicodeDecodeError as e:
+            line = mj.read_bytes()[: e.start].count(b"\n") + 1
+            raise UserError(f"{mj}:{line}: not UTF-8 text") from None
+        if not isinstance(metrics, dict):
+            raise UserError(f"{mj}:1: expected a JSON object of metrics")
+    return Run(name or path.name, path, metrics, rows, kinds)
 
 
 def is_sweep(path: str | Path) -> bool:

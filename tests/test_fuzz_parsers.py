@@ -18,7 +18,8 @@ Formats (the ``format`` key of the report): ``squad`` (``data.squad.load_squad_j
 and Python readers), ``dpr-csv`` and ``drqa-jsonl`` (``open:`` questions through ``data.open_domain.load_open``),
 ``nq`` (``data.nq.nq_squad``: original and simplified NQ JSONL, as ``reqa_nq`` converts them),
 ``beir`` (``data.beir.read_beir_dir``: corpus.jsonl, queries.jsonl, qrels tsv), ``trec-run``
-(``retrievers.trec.read_run``), ``per-query`` (``pipeline.compare.load_run``), ``config`` (``--config``
+(``retrievers.trec.read_run``), ``per-query`` (``pipeline.compare.load_run`` and ``compare`` over two runs:
+per_query.jsonl and metrics.json), ``config`` (``--config``
 YAML/TOML through ``pipeline.cli.config_from_argv``), ``retriever-spec`` (``retrievers.registry.make_retriever``)
 and ``selector-spec`` (``selection.registry.parse_selector``); ``cli`` runs damaged files through the real
 commands (``pipeline.run --dataset``, ``--config``, ``pipeline.compare``) and wants exit status 2 and exactly
@@ -1114,6 +1115,94 @@ def test_trec_run_valid_and_damaged(work):
                     assert got == value
 
             outcome(lambda: read_run(path), path, "same" if expect == "cut" else loose(expect), run, equal=equal)
+
+    tally.run(prop)
+
+
+# ====================================================== pipeline.compare inputs
+@st.composite
+def per_query_runs(draw):
+    """Two runs' per_query.jsonl rows over the same ids: rr and r@1 fractions (null where a question is not scored,
+    in both runs), a text column."""
+    qids = draw(st.lists(ids, min_size=2, max_size=6, unique=True))
+    scored = {(q, m): draw(st.booleans()) or k == 0 for k, q in enumerate(qids) for m in ("rr", "r@1")}
+    fraction = st.one_of(st.floats(0, 1), st.sampled_from([0, 1]))
+    return [[{"id": q, "question": draw(line_texts), **{m: draw(fraction) if scored[q, m] else None for m in ("rr", "r@1")}}
+             for q in qids] for _ in range(2)]
+
+
+def compare_dirs(root: Path, runs, raw: bytes | None = None, metrics_json: bytes | None = None) -> Path:
+    d = root / f"cmp{next(_n)}"
+    for name, rows in zip("ab", runs):
+        (d / name).mkdir(parents=True)
+        write(d / name / "per_query.jsonl", jsonl_bytes(rows))
+        write(d / name / "metrics.json", b'{"dataset": "x", "split": "dev"}\n')
+    if raw is not None:
+        write(d / "b" / "per_query.jsonl", raw)
+    if metrics_json is not None:
+        write(d / "b" / "metrics.json", metrics_json)
+    return d
+
+
+def compare_view(d: Path, metrics=None):
+    """Each run's rows as loaded, and the means compare() gives (it must not fail on what load_run accepted)."""
+    from pipeline.compare import available_metrics, compare, load_run
+
+    runs = [load_run(d / "a"), load_run(d / "b")]
+    result = compare(runs, metrics or available_metrics(runs), n_resamples=50)
+    return [list(r.rows.values()) for r in runs], {m: v["means"] for m, v in result["metrics"].items()}
+
+
+def expected_means(runs):
+    """The mean of each metric over the questions it scores, per run."""
+    return {m: [pytest.approx(sum(r[m] for r in rows if r[m] is not None) / sum(r[m] is not None for r in rows))
+                for rows in runs] for m in ("r@1", "rr")}
+
+
+def test_per_query_valid_and_damaged(work):
+    tally = Tally("per-query")
+
+    @fuzz_settings(60)
+    @given(runs=per_query_runs(), kind=st.sampled_from(["valid", "not_number", "nonfinite", "duplicate_id", "bad_id",
+                                                          "text_metric", "bad_line", "metrics_json", "bytes"]),
+           data=st.data())
+    def prop(runs, kind, data):
+        with tally.case():
+            rows = runs[1]
+            i = data.draw(st.integers(0, len(rows) - 1))
+            raw, metrics_json, expect, path, metrics = None, None, "error", "b/per_query.jsonl", None
+            if kind == "valid":
+                expect = "ok"
+            elif kind == "not_number":  # (text in a column that holds numbers: a text column is no metric)
+                rows[0]["rr"] = rows[0]["r@1"] = 0.5
+                rows[i or 1][data.draw(st.sampled_from(["rr", "r@1"]))] = data.draw(st.sampled_from(["x", "0.5", "", [1], {"v": 1}]))
+            elif kind == "nonfinite":
+                rows[i]["rr"] = "@@NONFINITE@@"
+                raw = jsonl_bytes(rows).replace(b'"@@NONFINITE@@"', data.draw(st.sampled_from([b"NaN", b"Infinity", b"-Infinity", b"1e400"])))
+            elif kind == "duplicate_id":
+                rows.insert(i + 1, dict(rows[i], rr=data.draw(st.sampled_from([rows[i]["rr"], 0.25]))))
+            elif kind == "bad_id":
+                rows[i]["id"] = data.draw(st.sampled_from([None, True, 1.5, [], {}, "", " "]))
+            elif kind == "text_metric":  # a text column asked for as a metric
+                metrics = ["question"]
+            elif kind == "bad_line":
+                lines = jsonl_bytes(rows).split(b"\n")
+                lines[i] = data.draw(st.sampled_from([lines[i][:-1], b"[1]", b"3", b"null", b'{"rr": 1}', b""]))
+                raw = b"\n".join(lines)
+            elif kind == "metrics_json":
+                path = "b/metrics.json"
+                metrics_json = data.draw(st.sampled_from([b"[]", b"3", b'"x"', b'{"dataset": ', b'{"dataset": "\xff"}']))
+            else:
+                raw, expect = data.draw(byte_damage(jsonl_bytes(rows), len(rows)))
+                expect = "error" if expect.startswith("prefix") or b"\x00" in raw else expect  # fewer questions than run a
+            d = compare_dirs(work, runs, raw, metrics_json)
+            expected = ([[dict(r, id=str(r["id"])) for r in rows] for rows in runs], expected_means(runs)) if expect != "error" else None
+
+            def equal(got, value):
+                assert got[0] == value[0] and got[1] == value[1], (got, value)
+
+            outcome(lambda: compare_view(d, metrics), d / path, loose(expect), expected, equal=equal,
+                    whole_file=("scored on other questions",))
 
     tally.run(prop)
 
