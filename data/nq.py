@@ -111,6 +111,11 @@ def _int(value, what: str) -> int:
     return int(value)
 
 
+def _or(value, default):
+    """``value``, or ``default`` where it is null (not where it is merely falsy: ``[]`` is a wrong type, not no title)."""
+    return default if value is None else value
+
+
 def _bool(value, what: str) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{what} {value!r:.40} is not true or false")
@@ -155,7 +160,7 @@ def _normalize(rec: dict, where: str) -> _Example:
             raise ValueError("document_tokens is not a list")
         return _Example(
             example_id=_example_id(rec["example_id"]),
-            title=_str(rec.get("document_title") or "", "document_title"),
+            title=_str(_or(rec.get("document_title"), ""), "document_title"),
             question=_str(rec["question_text"], "question_text", blank=False),
             tokens=[_str(t["token"], "token") for t in toks],
             is_html=[_bool(t["html_token"], "html_token") for t in toks],
@@ -168,8 +173,8 @@ def _normalize(rec: dict, where: str) -> _Example:
         tokens = _str(rec["document_text"], "document_text").split(" ")
         return _Example(
             example_id=_example_id(rec["example_id"]),
-            title=_str(rec.get("document_title") or _title_from_url(_str(rec.get("document_url", ""), "document_url")),
-                       "document_title"),
+            title=_str(rec.get("document_title"), "document_title") if rec.get("document_title") not in (None, "")
+            else _title_from_url(_str(rec.get("document_url", ""), "document_url")),
             question=_str(rec["question_text"], "question_text", blank=False),
             tokens=tokens,
             is_html=[bool(_SIMPLIFIED_HTML.fullmatch(t)) for t in tokens],

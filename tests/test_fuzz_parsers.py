@@ -746,9 +746,10 @@ def drqa_jsonl_damage(draw):
         lines[i] = draw(st.sampled_from([line[: max(len(line) // 2, 1)], b"[1, 2]", b'"text"', b"3", b"null",
                                          line + b"}", line.replace(b":", b"", 1)]))
         return b"\n".join(lines), "error", expected
-    damaged, expect = draw(byte_damage(jsonl_bytes(records), len(records)))
-    if expect == "prefix-or-error":  # a cut inside a JSON line, or a NUL byte: never valid JSON
-        expect = "prefix" if damaged.endswith(b"\n") else "error"
+    original = jsonl_bytes(records)
+    damaged, expect = draw(byte_damage(original, len(records)))
+    if expect == "prefix-or-error":  # a cut inside a JSON line, or a NUL byte: never valid JSON (a cut of the newline
+        expect = "prefix" if damaged.endswith(b"\n") or original.startswith(damaged + b"\n") else "error"  # alone is)
     return damaged, expect, expected
 
 
