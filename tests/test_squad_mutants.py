@@ -204,13 +204,15 @@ def test_answer_offsets_are_code_points_inside_the_context(base):
             f"th.json: {where}: {start} is outside the context (length {len(ctx)})")
     # a bool is not an offset, even where the text would match
     a.update(text=ctx[1:6], answer_start=True)
-    assert one_line_error(validate_squad, d, name="th.json") == f"th.json: {where}: True is outside the context (length {len(ctx)})"
+    assert one_line_error(validate_squad, d, name="th.json") == f"th.json: {where}: expected int, got bool"
     # first and last characters are valid offsets; an empty answer just past the end is not
     a.update(text=ctx[0], answer_start=0)
     validate_squad(d)
     a.update(text=ctx[-1], answer_start=len(ctx) - 1)
     validate_squad(d)
     a.update(text="", answer_start=len(ctx))
+    assert one_line_error(validate_squad, d).endswith("answers[0].text: empty answer")
+    a.update(text=ctx[-1], answer_start=len(ctx))
     assert "is outside the context" in one_line_error(validate_squad, d)
     # one code point off: the message quotes the first 40 characters of the answer
     a.update(text=ctx[10:70], answer_start=11)
@@ -219,7 +221,7 @@ def test_answer_offsets_are_code_points_inside_the_context(base):
     # a one-character context
     tiny = {"data": [{"paragraphs": [{"context": "é", "qas": [qa1("t", "é", 0)]}]}]}
     validate_squad(tiny)
-    tiny["data"][0]["paragraphs"][0]["qas"][0]["answers"] = [{"text": "", "answer_start": 1}]
+    tiny["data"][0]["paragraphs"][0]["qas"][0]["answers"] = [{"text": "é", "answer_start": 1}]
     assert one_line_error(validate_squad, tiny) == "<squad>: data[0].paragraphs[0].qas[0].answers[0].answer_start: 1 is outside the context (length 1)"
 
 
@@ -271,7 +273,8 @@ def test_any_offset_is_valid_exactly_when_it_points_at_the_text(start, length):
     text = CTX[max(start, 0): max(start, 0) + length] or "Z"
     d = {"data": [{"paragraphs": [{"context": CTX, "qas": [qa1("h", text, start)]}]}]}
     # SQuAD v1.1: answer_start is a code-point offset into the context where the answer text begins
-    valid = 0 <= start < len(CTX) and CTX[start:].startswith(text)
+    # and a blank answer text (a lone space here) is refused wherever it points
+    valid = 0 <= start < len(CTX) and CTX[start:].startswith(text) and bool(text.strip())
     if valid:
         assert validate_squad(d) is d
     else:
