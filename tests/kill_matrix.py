@@ -703,6 +703,13 @@ def details(kills: list[Kill]) -> str:
     return "\n".join(rows)
 
 
+def kill_record(kill: Kill) -> dict:
+    """One kill as JSON: its fields, whether it recovered, and its problems (empty when it did)."""
+    record = {k: v for k, v in vars(kill).items()}
+    record.update(recovered=kill.recovered, problems=kill.problems())
+    return record
+
+
 def stage_name(text: str) -> str:
     """A stage by its name, case and hyphens aside (``dense-encoding`` is ``dense encoding``)."""
     wanted = text.replace("-", " ").replace("_", " ").strip().lower()
@@ -722,6 +729,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stages", nargs="+", type=stage_name, metavar="STAGE", default=list(STAGES),
                    help="stages to kill (default all): " + ", ".join(s.replace(" ", "-") for s in STAGES))
     p.add_argument("--out", help="also write the table and the per-kill details to this Markdown file")
+    p.add_argument("--json", help="append each kill, as it finishes, to this JSON-lines file (one object per kill: "
+                                  "stage, command, seed, index, recovered, problems...), so that a run cut short "
+                                  "keeps what it did")
     p.add_argument("--work", help="work directory, kept (default: a temporary one, removed at the end)")
     return p
 
@@ -736,10 +746,14 @@ def main(argv=None) -> int:
     try:
         matrix = Matrix(work, log=lambda msg: print(msg, file=sys.stderr, flush=True))
         kills: list[Kill] = []
-        for name in args.stages:
-            for i in range(args.kills):
+        # round by round (kill i of every stage, then kill i + 1): a run cut short has killed every stage alike
+        for i in range(args.kills):
+            for name in args.stages:
                 print(f"kill {i + 1}/{args.kills} in {name}", file=sys.stderr, flush=True)
                 kills.append(matrix.kill_once(name, args.seed, i))
+                if args.json:
+                    with open(args.json, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(kill_record(kills[-1])) + "\n")
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
