@@ -27,7 +27,8 @@ one ``error:`` line on stderr, no traceback, nothing in ``--out``.
 
 Budget: the default run tries 25-150 cases per property (one per command for ``cli``; the file takes about
 40 s of wall time on a 2-core machine).
-``QA_FUZZ_EXAMPLES=N`` makes every property try ``N`` cases (a long run: ``QA_FUZZ_EXAMPLES=2000``).
+``QA_FUZZ_EXAMPLES=N`` makes every property try ``N`` cases (a long run: ``QA_FUZZ_EXAMPLES=2000``);
+``QA_FUZZ_CLI_EXAMPLES=M``, when set, gives the ``cli`` property (four command runs a case) ``M`` cases instead.
 
 Report: with ``QA_FUZZ_REPORT=PATH.json`` every property appends one object to the JSON list in that file
 (created when missing; written atomically under a lock, so parallel runs may share it)::
@@ -61,11 +62,12 @@ from data.errors import UserError
 from tests.conftest import DATA, ROOT
 
 EXAMPLES = int(os.environ.get("QA_FUZZ_EXAMPLES") or 0)
+CLI_EXAMPLES = int(os.environ.get("QA_FUZZ_CLI_EXAMPLES") or 0)
 
 
-def fuzz_settings(default: int):
-    """``max_examples``: ``default``, or ``$QA_FUZZ_EXAMPLES`` for a long run."""
-    return settings(max_examples=EXAMPLES or default, deadline=None, database=None, derandomize=False,
+def fuzz_settings(default: int, examples: int = 0):
+    """``max_examples``: ``examples`` when given, else ``$QA_FUZZ_EXAMPLES`` for a long run, else ``default``."""
+    return settings(max_examples=examples or EXAMPLES or default, deadline=None, database=None, derandomize=False,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture])
 
@@ -555,12 +557,25 @@ def json_corpus_damage(draw):
         lines[i] = draw(st.sampled_from([line[: max(len(line) // 2, 1)], b"[1, 2]", b'"text"', b"3", b"null",
                                          line + b"}", line.replace(b":", b"", 1)]))
         return fmt, b"\n".join(lines), "error", expected
-    damaged, expect = draw(byte_damage(jsonl_bytes(records), len(records)))
-    if expect == "prefix-or-error":  # a cut inside a JSON line, or a NUL byte: never valid JSON
-        expect = "prefix" if damaged.endswith(b"\n") else "error"
+    original = jsonl_bytes(records)
+    damaged, expect = draw(byte_damage(original, len(records)))
+    if expect == "prefix-or-error":  # a cut inside a JSON line, or a NUL byte: never valid JSON (a cut of the newline
+        expect = "prefix" if damaged.endswith(b"\n") or original.startswith(damaged + b"\n") else "error"  # alone is)
     if expect == "prefix" and not damaged.strip():
         expect = "error"  # nothing left: an empty corpus
     return fmt, damaged, expect, expected
+
+
+def test_a_json_corpus_without_its_last_newline_is_whole(work):
+    """The last line of a JSON-lines corpus may lack its newline: every record is read (the damaged-corpus property
+    once expected an error for a cut of that newline alone)."""
+    for fmt, records, expected in (
+            ("pyserini", [{"id": "y.", "contents": "0"}, {"id": 179, "contents": "a b"}],
+             [("y.", "", "0"), ("179", "", "a b")]),
+            ("beir", [{"_id": "d1", "title": "T", "text": "x"}, {"_id": 2, "text": "y z"}],
+             [("d1", "T", "x"), ("2", "", "y z")])):
+        path = write(fresh(work, "docs.jsonl"), jsonl_bytes(records).removesuffix(b"\n"))
+        assert corpus_rows(path, fmt) == expected
 
 
 def test_json_corpus_damaged(work):
@@ -1194,8 +1209,11 @@ def test_per_query_valid_and_damaged(work):
                 path = "b/metrics.json"
                 metrics_json = data.draw(st.sampled_from([b"[]", b"3", b'"x"', b'{"dataset": ', b'{"dataset": "\xff"}']))
             else:
-                raw, expect = data.draw(byte_damage(jsonl_bytes(rows), len(rows)))
+                original = jsonl_bytes(rows)
+                raw, expect = data.draw(byte_damage(original, len(rows)))
                 expect = "error" if expect.startswith("prefix") or b"\x00" in raw else expect  # fewer questions than run a
+                if raw + b"\n" == original:
+                    expect = "same"  # only the last newline cut: every question is there
             d = compare_dirs(work, runs, raw, metrics_json)
             expected = ([[dict(r, id=str(r["id"])) for r in rows] for rows in runs], expected_means(runs)) if expect != "error" else None
 
@@ -1382,7 +1400,7 @@ def test_damaged_files_through_the_commands(work):
     exactly one ``error:`` line naming the file, no traceback, nothing in --out."""
     tally = Tally("cli")
 
-    @fuzz_settings(1)
+    @fuzz_settings(1, CLI_EXAMPLES)
     @given(squad=squad_damage().filter(lambda c: c[1] == "error"), tsv=dpr_tsv_damage().filter(lambda c: c[1] == "error"),
            data=st.data())
     def prop(squad, tsv, data):
