@@ -13,6 +13,9 @@ Only identical commands share the read cache here: a read depends in its last bi
 batch (under bfloat16 autocast, enough to change an answer), so a run that reuses reads another command made can
 differ from a solo run of it.
 
+With ``QA_LONG_FORM=1`` (``python -m tests.fault_table``), also two identical runs started together, each with
+the outputs of the command run alone.
+
 Also: an output directory that cannot be written is one error line, exit 2, nothing written, and the same command
 into a writable directory succeeds.
 """
@@ -172,6 +175,37 @@ def test_runs_started_together_share_every_cache_and_equal_solo_runs(solo, toget
     assert all(r["read_cache"] == str(reads) and r["reads_done"] + r["reads_reused"] == 16 for r in reading), reading
     assert len(ReadCache(reads)) == 16
     assert leftovers(cache, reads, *(root / name for name in PROCESSES)) == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("QA_LONG_FORM"), reason="long form only: python -m tests.fault_table")
+def test_two_identical_runs_started_together_equal_a_solo_run(open_data, solo, tmp_path):
+    """The same command (RRF of BM25 and dense, with the reader) twice at the same moment over one cache holding
+    only the compiled Java helper: both want every artifact at once.  Each finishes silently with the outputs of
+    the command run alone; each artifact is built by one of them; no temporary files are left."""
+    import shutil
+
+    cache = tmp_path / "cache"
+    shutil.copytree(solo["java"], cache / "java")
+    runs = ("first", "second")
+    procs = {name: subprocess.Popen([sys.executable, "-m", "pipeline.run", *flags(open_data, "rrf", tmp_path / name)],
+                                    cwd=ROOT, env=environment(cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True) for name in runs}
+    for name, proc in procs.items():
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0 and err == "", (name, err[-3000:])
+        assert outputs(tmp_path / name) == solo["rrf"], name
+    done = [manifest(tmp_path / name) for name in runs]
+    bm25 = [next(i for i in m["indexes"] if i["retriever"] == "bm25") for m in done]
+    assert len({i["index"] for i in bm25}) == 1
+    shards = [m["embedding_shards"] for m in done]
+    assert [s["shards"] for s in shards] == [3, 3] and sum(s["computed"] for s in shards) == 3, shards
+    faiss = [next(i for i in m["indexes"] if i.get("factory")) for m in done]
+    assert sorted(i["cache"] for i in faiss) == ["built", "loaded"], faiss
+    assert len(list((cache / "bm25").glob("*/_COMPLETE"))) == 1
+    assert len(list((cache / "embeddings").glob("*/rows-*.npy"))) == 3
+    assert len(list((cache / "faiss-index").glob("*/index.*.faiss"))) == 1
+    assert leftovers(cache, *(tmp_path / name for name in runs)) == []
 
 
 # ---------------------------------------------------------------- unwritable output directories
