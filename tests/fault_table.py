@@ -68,7 +68,7 @@ CACHE_CASES: dict[str, dict[str | None, list[tuple[str, str, str]]]] = {
         "wrong-count": [("BM25 index", "document count unlike its build's", FOUND)],
     },
     "test_a_flip_with_its_mtime_set_back_is_still_found": {
-        None: [("BM25 index", "flipped bit, modification time set back", FOUND)]},
+        None: [("BM25 index", "flipped bit with its modification time set back", FOUND)]},
     "test_store_damage_is_found": {
         None: [("corpus store", "flipped bit", FOUND), ("corpus store", "truncated", FOUND),
                ("corpus store", "missing file", FOUND)]},
@@ -85,8 +85,8 @@ CACHE_CASES: dict[str, dict[str | None, list[tuple[str, str, str]]]] = {
     "test_damaged_store_is_rebuilt_with_one_warning": {
         k: [("corpus store", k, REBUILT)] for k in ("truncated", "flipped byte", "missing file")},
     "test_read_only_cache_is_one_error_line": {
-        "cache-filled": [("cache directory", "read-only, filled", ONE_ERROR)],
-        "cache-empty": [("cache directory", "read-only, empty", ONE_ERROR)]},
+        "cache-filled": [("cache directory", "read-only (filled)", ONE_ERROR)],
+        "cache-empty": [("cache directory", "read-only (empty)", ONE_ERROR)]},
     "test_full_disk_during_the_store_build_is_one_error_line": {
         None: [("corpus store", "disk full during its build", ONE_ERROR)]},
     "test_damaged_dense_caches_are_rebuilt_with_one_warning_each": {
@@ -271,8 +271,13 @@ def _n(x: int) -> str:
 
 
 def markdown(summary: dict) -> str:
-    out = []
     t = summary["totals"]
+    out = [f"**{'Every fault recovered, every case passed' if summary['ok'] else 'FAILURES'}**: "
+           f"{_n(t['recovered'])} of {_n(t['kills'])} kills recovered identically; {_n(t['fuzz_failed'])} of "
+           f"{_n(t['fuzz_cases'])} fuzz cases failed; {_n(t['cache_passed'])} of {_n(t['cache_cases'])} "
+           f"damaged-cache and unwritable-output cases passed; "
+           + "; ".join(f"{r['identical']} of {r['runs'] * r['times']} runs identical to a solo run when {r['runs']} "
+                       f"start together" for r in summary["concurrency"]) + ".", ""]
     if summary["kills"]:
         out += ["| stage | command | kills | recovered identically | failures |", "|---|---|---|---|---|"]
         out += [f"| {r['stage']} | `{r['command']}` | {r['kills']} | {r['recovered']} | "
@@ -285,9 +290,9 @@ def markdown(summary: dict) -> str:
             out.append(f"| {r['format']} | {r['properties']} | {_n(r['cases'])} | {failed} |")
         out += ["", f"{_n(t['fuzz_cases'])} fuzz cases, {_n(t['fuzz_failed'])} failed.", ""]
     if summary["caches"]:
-        out += ["| damaged or unwritable | fault | what is checked | cases | passed | failed |",
+        out += ["| damaged or unwritable | faults | what is checked | cases | passed | failed |",
                 "|---|---|---|---|---|---|"]
-        for r in summary["caches"]:
+        for r in grouped(summary["caches"]):
             failed = _n(r["failed"]) + (f" ({_cell('; '.join(r['messages'])[:300])})" if r["messages"] else "")
             if r["skipped"]:
                 failed += f", {r['skipped']} skipped"
@@ -309,6 +314,21 @@ def markdown(summary: dict) -> str:
     if summary["missing"]:
         out.append(f"Not run: {', '.join(summary['missing'])}.")
     return "\n".join(out).rstrip() + "\n"
+
+
+def grouped(rows: list[dict]) -> list[dict]:
+    """The damaged-cache rows of one (what, what is checked), their faults listed in one row (a failed or skipped
+    fault named as such)."""
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        g = out.setdefault((r["what"], r["check"]), {"what": r["what"], "check": r["check"], "faults": [], "cases": 0,
+                                                     "passed": 0, "failed": 0, "skipped": 0, "messages": []})
+        g["faults"].append(r["fault"] + (" (failed)" if r["failed"] else " (skipped)" if r["skipped"] else ""))
+        for key in ("cases", "passed", "failed", "skipped", "messages"):
+            g[key] += r[key]
+    for g in out.values():
+        g["fault"] = "; ".join(g.pop("faults"))
+    return list(out.values())
 
 
 def replace_in_docs(docs: Path, block: str) -> None:

@@ -75,8 +75,12 @@ def test_damaged_cache_cases_expand_to_what_they_damage(tmp_path):
         assert (rows[(what, "flipped byte")]["passed"], rows[(what, "flipped byte")]["failed"]) == (0, 1)
         assert rows[(what, "flipped byte")]["messages"] == ["AssertionError: the warning is missing"]
     assert rows[("corpus store", "truncated")]["check"] == fault_table.REBUILT
-    assert rows[("cache directory", "read-only, empty")]["skipped"] == 1
+    assert rows[("cache directory", "read-only (empty)")]["skipped"] == 1
     assert rows[("test_something_new", "")]["passed"] == 1  # a test the table does not know still has a row
+    # the markdown shows one row per cache kind and check, naming the fault that failed
+    (pickle,) = [g for g in fault_table.grouped(cache_rows(cases)) if g["what"] == "dataset pickle"]
+    assert (pickle["fault"], pickle["cases"], pickle["passed"], pickle["failed"]) == \
+        ("truncated; flipped byte (failed)", 2, 1, 1)
 
 
 def test_concurrent_runs_count_each_run(tmp_path):
@@ -98,6 +102,8 @@ def test_the_summary_fails_on_any_failure_and_the_markdown_shows_it():
     assert not summarize({"kills": KILLS[:2], "fuzz": FUZZ})["ok"]  # a failed fuzz case
     assert not summarize({"kills": KILLS[:2], "parts": {"caches": {"rc": 1, "error": ""}}})["ok"]
     text = markdown(summarize({"kills": KILLS, "fuzz": FUZZ}))
+    assert text.startswith("**FAILURES**: 4 of 5 kills recovered identically; 1 of 430 fuzz cases failed;")
+    assert markdown(good).startswith("**Every fault recovered, every case passed**: 2 of 2 kills")
     assert "| reading | `python -m pipeline.run` | 3 | 2 | kill 2: metrics.json: bytes differ |" in text
     assert "| trec-run | 1 | 80 | 1 |" in text
     assert "5 kills, 4 recovered identically." in text and "430 fuzz cases, 1 failed." in text
