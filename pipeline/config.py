@@ -35,7 +35,7 @@ from data.errors import UserError
 
 TextField = Literal["sentence", "sentence+context", "context"]
 ReadUnit = Literal["sentence", "paragraph"]
-ReaderDtype = Literal["auto", "float32", "bfloat16", "float16"]
+ReaderDtype = Literal["auto", "float32", "bfloat16", "float16", "int8"]
 
 
 def setting(default: Any = None, flag: str | None = None, help: str = "", *, volatile: bool = False,
@@ -206,7 +206,8 @@ class ReaderConfig(Section):
     token_budget: Optional[int] = setting(None, "--reader-token-budget", "cap windows x padded length per forward pass"
                                           " (default: 1024 on the CPU, none on CUDA)", volatile=True, ge=1)
     dtype: ReaderDtype = setting("auto", "--reader-dtype", "reader precision: auto (bf16/fp16 autocast on CUDA; on the CPU"
-                                 " bf16 where it has native bf16, else float32), float32, bfloat16, float16")
+                                 " bf16 where it has native bf16, else float32), float32, bfloat16, float16, int8 (CPU: the checkpoint"
+                                 " quantized once, calibrated on SQuAD train, cached; only when asked)")
     mu: float = setting(1.0, "--mu", "BERTserini interpolation: (1-mu)*retriever + mu*reader")
     read_cache: Optional[str] = setting(None, "--read-cache", "directory of cached reads (default: <out>/reads)", volatile=True)
 

@@ -157,10 +157,17 @@ def score_answers(answers: list[str], queries, bearing: np.ndarray, n: np.ndarra
 
 
 def batch_facts(reader) -> dict:
-    """The reader's batch shape on its device (for the manifest)."""
+    """The reader's batch shape on its device and its precision (for the manifest; an int8 reader adds its recipe
+    and how its answers agreed with float32's on held-out train questions)."""
     loaded = hasattr(reader, "device_")
-    return {"reader_batch_size": reader.batch_shape(reader.device_)[0] if loaded else reader.batch_size,
-            "reader_max_batch_tokens": reader.batch_shape(reader.device_)[1] if loaded else reader.max_batch_tokens}
+    facts = {"reader_batch_size": reader.batch_shape(reader.device_)[0] if loaded else reader.batch_size,
+             "reader_max_batch_tokens": reader.batch_shape(reader.device_)[1] if loaded else reader.max_batch_tokens}
+    if loaded:
+        facts["reader_dtype"] = reader.dtype_
+        int8_info = getattr(getattr(reader, "model_", None), "info", None)
+        if isinstance(int8_info, dict) and int8_info:
+            facts["reader_int8"] = {k: v for k, v in int8_info.items() if k not in ("weights_bytes", "weights_crc32")}
+    return facts
 
 
 def detail_rows(queries, corpus, selected, n, reads, answers, chosen, bearing, scored) -> list[dict]:

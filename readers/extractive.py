@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import os
+import sys
 import uuid
 import zlib
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ import numpy as np
 
 import hardware
 from data.errors import UserError
-from data.io import atomic_path, sha256_text, warn
+from data.io import atomic_path, cache_dir, sha256_text, warn
 from hardware.device import auto_device, is_device_name
 from readers.spans import best_spans, context_mask
 
@@ -45,7 +46,7 @@ ALIASES: dict[str, str] = {
 # architecture and to pin the revision (the identity of the model in cache keys)
 _HUB_META_FILES = ["config.json"]
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-_DTYPES = ("auto", "float32", "bfloat16", "float16")
+_DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
 
 # Batch shape by device when the caller sets none.  On the CPU a forward pass is
 # fastest with few padded tokens per batch (activations stay in cache): batches are
@@ -269,7 +270,10 @@ class ExtractiveReader:
         the CPU bfloat16 autocast where the CPU has native bf16 instructions,
         see :func:`hardware.cpu_has_native_bf16`, else float32), ``"float32"``,
         ``"bfloat16"`` (forced on a CPU without native bf16 it works, emulated
-        and several times slower, with a warning) or ``"float16"``.
+        and several times slower, with a warning), ``"float16"`` or ``"int8"``
+        (CPU only: the checkpoint quantized once per checkpoint and cached, see
+        :mod:`readers.int8`; never chosen by ``"auto"``).
+    int8_recipe: how the int8 model is built (:class:`readers.int8.Int8Recipe`; default when None).
     num_threads: CPU threads for torch (default: the cores this process may use).
     pairs_per_chunk: pairs tokenized together; each chunk's reads are added to
         the cache as soon as they are done.
@@ -293,6 +297,7 @@ class ExtractiveReader:
         num_threads: int | None = None,
         pairs_per_chunk: int = 4096,
         progress: bool = True,
+        int8_recipe=None,
     ):
         self.model = model
         self.max_length = max_length
@@ -306,6 +311,7 @@ class ExtractiveReader:
         self.num_threads = num_threads
         self.pairs_per_chunk = pairs_per_chunk
         self.progress = progress
+        self.int8_recipe = int8_recipe
 
     # ------------------------------------------------------------------ setup
     @property
@@ -338,6 +344,9 @@ class ExtractiveReader:
         if dev == "auto":
             dev = auto_device()
         if dev.startswith("cuda"):
+            if self.dtype == "int8":
+                raise UserError(f"reader dtype int8 runs on the CPU (OpenVINO); on device={self.device!r} use "
+                                "auto (bf16/fp16 autocast) or pass --device cpu")
             if not torch.cuda.is_available():
                 raise UserError(f"reader device={self.device!r}: CUDA is not available on this machine")
             index = int(dev[5:]) if ":" in dev else 0
@@ -406,10 +415,11 @@ class ExtractiveReader:
 
     def _settings(self) -> tuple:
         """The parameters a loaded model and the cache keys depend on (batching is not among them)."""
-        return (self._label, self.max_length, self.stride, self.max_answer_tokens, self.max_question_tokens, self.dtype, str(self.device))
+        return (self._label, self.max_length, self.stride, self.max_answer_tokens, self.max_question_tokens, self.dtype, str(self.device),
+                repr(self.int8_recipe))
 
     def _model_settings(self) -> tuple:
-        return (self._label, self.dtype, str(self.device))
+        return (self._label, self.dtype, str(self.device), repr(self.int8_recipe))
 
     def identity(self) -> str:
         """Model identity + every parameter that changes a read (the cache-key prefix).
@@ -429,6 +439,10 @@ class ExtractiveReader:
                 "max_question_tokens": int(self.max_question_tokens),
                 "dtype": dtype,
             }
+            if dtype == "int8":  # int8 reads are cached apart from float reads, and apart per recipe
+                from dataclasses import asdict
+
+                params["int8_recipe"] = asdict(self._int8_recipe())
             self._identity_ = sha256_text("extractive-reader-v1", self._model_identity(source, revision, local), json.dumps(params, sort_keys=True))
             self._identity_for_ = self._settings()
         return self._identity_
@@ -462,6 +476,9 @@ class ExtractiveReader:
                 f"used); pass an extractive QA checkpoint"
             )
         model.eval().to(device)
+        self.tokenizer_ = tokenizer
+        if dtype == "int8":
+            model = self._int8_model(model)
         if device == "cpu" and dtype == "bfloat16" and not hardware.cpu_has_native_bf16():
             warn(f"reader dtype bfloat16 on a CPU without native bf16 ({hardware.cpu_model()}): emulated, "
                  f"several times slower than float32")
@@ -472,6 +489,44 @@ class ExtractiveReader:
         self.context_first_ = tokenizer.padding_side == "left"  # e.g. XLNet: passage, then question
         self._loaded_for_ = self._model_settings()
         return self
+
+    def _int8_recipe(self):
+        from readers.int8 import Int8Recipe
+
+        return self.int8_recipe if self.int8_recipe is not None else Int8Recipe()
+
+    def _int8_model(self, torch_model):
+        """The int8 model of this checkpoint (:mod:`readers.int8`), from the cache or built there now."""
+        import copy
+
+        from readers import int8
+
+        recipe = self._int8_recipe().check()
+        validation_file, digest = int8.validation_source(recipe)
+        threads = int(self.num_threads or hardware.available_cores())
+        reader = copy.copy(self)  # reads the validation sample with either model, float32 around it
+        reader.dtype, reader.progress, reader.model_ = "float32", False, torch_model
+        reader.device_, reader.dtype_ = "cpu", "float32"
+        reader.context_first_ = self.tokenizer_.padding_side == "left"
+        reader._loaded_for_ = reader._model_settings()
+
+        def read_answers(model, pairs):
+            reader.model_, reader.dtype_ = model, "float32" if model is torch_model else "int8"
+            try:
+                return reader.read_pairs([q for q, _ in pairs], [p for _, p in pairs]).text
+            finally:
+                reader.model_, reader.dtype_ = torch_model, "float32"
+
+        key = int8.entry_key(self.identity(), recipe, digest)
+        if self.progress and not (cache_dir("reader-int8") / key).is_dir():
+            print(f"note: building the int8 reader of '{self._label}' once (weights to int8, then "
+                  f"{recipe.validation_questions if validation_file else 0} held-out SQuAD train questions read in "
+                  f"float32 and int8), cached for later runs",
+                  file=sys.stderr)
+        example = self.tokenizer_(["Which model reads?"] * 2, ["The int8 reader reads this passage."] * 2,
+                                  return_tensors="np")
+        example = {k: np.asarray(v, dtype=np.int64) for k, v in example.items() if k in self.tokenizer_.model_input_names}
+        return int8.load_or_build(key, torch_model, example, read_answers, validation_file, recipe, threads, self._label)
 
     # ------------------------------------------------------------------ keys
     def pair_keys(self, questions: list[str], passages: list[str]) -> list[str]:
@@ -555,8 +610,8 @@ class ExtractiveReader:
             bar.refresh()
         pad_left = tok.padding_side == "left"
         device = self.device_
-        use_autocast = self.dtype_ != "float32"
-        amp_dtype = getattr(torch, self.dtype_)
+        use_autocast = self.dtype_ not in ("float32", "int8")
+        amp_dtype = getattr(torch, self.dtype_) if use_autocast else torch.float32
         multiple = CPU_AUTOCAST_SPAN_MULTIPLE if use_autocast and device == "cpu" else 1
         with torch.inference_mode():
             windows, tokens = self.batch_shape(device)

@@ -211,7 +211,7 @@ def test_bad_parameters_are_user_errors():
     with pytest.raises(UserError, match="device"):
         ExtractiveReader(str(READER), device="tpu").load()
     with pytest.raises(UserError, match="dtype"):
-        ExtractiveReader(str(READER), dtype="int8").load()
+        ExtractiveReader(str(READER), dtype="int4").load()
 
 
 # ---------------------------------------------------------------- span decoding

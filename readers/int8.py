@@ -1,0 +1,313 @@
+"""The int8 reader: a QA checkpoint whose matrix products run in 8-bit integers on the CPU, built once and cached.
+
+What.  Every weight matrix of the checkpoint (attention and feed-forward
+projections, the span head, the embedding tables) is stored in int8 with one
+symmetric scale per output channel (NNCF weight compression), and at run time
+OpenVINO quantizes each activation row to int8 on the fly, with one scale per
+group of ``activation_group_size`` consecutive values (dynamic per-group
+quantization), so the products are int8 x int8 with int32 sums (AVX2
+``vpmaddubsw``/VNNI/AMX) and are rescaled to float.  The softmax, the layer
+norms and the two attention products between activations stay in float32.
+Groups, rather than one scale per row or per tensor, are what keep the answers:
+a few hidden dimensions of a BERT-family model carry values tens of times
+larger than the rest (the outliers SmoothQuant, Xiao et al., 2023, ICML, moves
+into the weights), and a per-tensor scale spends most of int8's range on them.
+Weight compression with dynamic activation quantization is the scheme of
+LLM.int8-style inference (Dettmers et al., 2022, NeurIPS, "LLM.int8(): 8-bit
+Matrix Multiplication for Transformers at Scale") with per-group rather than
+mixed-precision outlier handling.
+
+Why.  Reading is where a run's time goes, and every CPU we meet multiplies int8
+natively, while bf16 is native only on some.  Static post-training quantization
+of every layer (activation ranges calibrated once) or torch's dynamic
+per-tensor quantization change too many answers on a small reader;
+``docs/readers.md`` has the measured frontier of the recipes tried.
+
+Cost.  Building converts the model and compresses its weights (seconds, no
+data); the build then reads ``validation_questions`` held-out SQuAD *train*
+questions with the float32 and the int8 model and records how often their
+answers agree and the EM/F1 of each (in the cache entry's ``info.json``, and
+from there in every run's manifest).  The entry is keyed by the checkpoint's
+identity and reader settings, the recipe, the validation sample and the
+OpenVINO / NNCF versions; its weights file carries a CRC-32 checked on every
+load (a damaged entry is rebuilt with one warning line).
+``bench/reader_int8.py`` measures speed and agreement against float32, bf16,
+other recipes and Optimum's ONNX Runtime int8 pipeline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from data.errors import UserError
+from data.io import cache_dir, discard_directory, entry_lock, os_reason, sha256_text, warn
+
+RECIPE_FORMAT = "int8-openvino-wc-dq-v1"
+
+
+@dataclass(frozen=True)
+class Int8Recipe:
+    """How the int8 reader is built and run (every field is part of the cache key).
+
+    activation_group_size: consecutive activation values sharing one int8 scale at run time (OpenVINO's
+        ``DYNAMIC_QUANTIZATION_GROUP_SIZE``; 0 turns dynamic quantization off: int8 weights, float products).
+    weights: ``"int8_sym"`` (one symmetric scale per output channel) or ``"int8_asym"`` (scale and zero point).
+    validation_questions: held-out SQuAD train questions on which the int8 answers are compared with float32's.
+    min_identical: percent of those answers expected to equal float32's; below it the build says so in a warning.
+    seed: which train questions are drawn.
+    """
+
+    activation_group_size: int = 64
+    weights: str = "int8_sym"
+    validation_questions: int = 300
+    min_identical: float = 97.0
+    seed: int = 13
+
+    def check(self) -> "Int8Recipe":
+        if self.weights not in ("int8_sym", "int8_asym"):
+            raise UserError(f"int8 recipe weights={self.weights!r}: expected int8_sym or int8_asym")
+        if isinstance(self.activation_group_size, bool) or not isinstance(self.activation_group_size, int) \
+                or self.activation_group_size < 0:
+            raise UserError(f"int8 recipe activation_group_size={self.activation_group_size!r}: expected an integer >= 0")
+        if isinstance(self.validation_questions, bool) or not isinstance(self.validation_questions, int) \
+                or self.validation_questions < 0:
+            raise UserError(f"int8 recipe validation_questions={self.validation_questions!r}: expected an integer >= 0")
+        return self
+
+
+@dataclass
+class QAOutput:
+    """What the reader needs of a forward pass (the shape of a transformers QA model's output)."""
+
+    start_logits: object
+    end_logits: object
+
+
+class Int8Model:
+    """A compiled OpenVINO model, called like a transformers QA model: ``model(input_ids=..., attention_mask=...)``."""
+
+    def __init__(self, compiled, info: dict):
+        self.compiled = compiled
+        self.info = info
+        self._inputs = [port.get_any_name() for port in compiled.inputs]
+        self._request = compiled.create_infer_request()
+
+    def __call__(self, **inputs):
+        import torch
+
+        feed = {name: np.ascontiguousarray(inputs[name].numpy()) for name in self._inputs if name in inputs}
+        out = self._request.infer(feed)
+        start, end = out[self.compiled.outputs[0]], out[self.compiled.outputs[1]]
+        return QAOutput(torch.from_numpy(np.array(start)), torch.from_numpy(np.array(end)))
+
+
+def validation_source(recipe: Int8Recipe, data_dir=None) -> tuple[Path | None, str]:
+    """(the SQuAD train file the validation sample is drawn from, the sample's digest); ``(None, "none")`` when
+    there is none at hand or the recipe asks for no validation."""
+    from data.io import remembered_sha256_file
+    from data.locations import find_local
+    from data.squad import SQUAD_FILES
+
+    path = find_local(data_dir, SQUAD_FILES["train"]) if recipe.validation_questions else None
+    if path is None:
+        return None, "none"
+    return path, f"{remembered_sha256_file(path)}:{recipe.validation_questions}:{recipe.seed}"
+
+
+def validation_sample(path: Path | None, recipe: Int8Recipe):
+    """(pairs, gold answers): ``recipe.validation_questions`` (question, paragraph) pairs of the SQuAD train file
+    ``path``, drawn with ``recipe.seed`` (none without a file)."""
+    from data.squad import load_squad_json
+
+    if path is None:
+        return [], []
+    squad = load_squad_json(path)
+    qas = [(qa, par["context"]) for art in squad["data"] for par in art["paragraphs"] for qa in par["qas"]]
+    order = np.random.default_rng(recipe.seed).permutation(len(qas))[:recipe.validation_questions]
+    return [(qas[i][0]["question"], qas[i][1]) for i in order], [[a["text"] for a in qas[i][0]["answers"]] for i in order]
+
+
+def entry_key(reader_identity: str, recipe: Int8Recipe, sample_digest: str) -> str:
+    import nncf
+    import openvino
+
+    return sha256_text(RECIPE_FORMAT, reader_identity, json.dumps(asdict(recipe), sort_keys=True), sample_digest,
+                       openvino.__version__, nncf.__version__)[:32]
+
+
+def load_or_build(
+    key: str,
+    torch_model,
+    example_inputs: dict,
+    read_answers: Callable[[object, list[tuple[str, str]]], list[str]],
+    validation_file: Path | None,
+    recipe: Int8Recipe,
+    threads: int,
+    label: str = "",
+) -> Int8Model:
+    """The cached int8 model ``key`` (built first when missing or damaged).
+
+    ``example_inputs``: one batch of model inputs (numpy int64 arrays) to trace the model with;
+    ``validation_file``: the SQuAD train file of the validation sample (:func:`validation_source`; None: no validation);
+    ``read_answers(model, pairs)`` reads pairs with a model (the torch model or a compiled one) and returns the answer texts.
+    """
+    root = cache_dir("reader-int8")
+    entry = root / key
+    with entry_lock(entry, "int8 reader"):
+        if entry.is_dir():
+            try:
+                return _load(entry, recipe, threads)
+            except _DamagedEntry as err:
+                warn(f"{entry}: cached int8 reader is damaged ({err}); removed and rebuilt")
+                discard_directory(entry, "int8 reader")
+        staging = root / f".staging-{key}-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            staging.mkdir(parents=True)
+            _build(staging, torch_model, example_inputs, read_answers, validation_file, recipe, threads, label)
+            os.replace(staging, entry)
+        except OSError as err:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise UserError(f"{entry}: cannot write the int8 reader ({os_reason(err)})") from None
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return _load(entry, recipe, threads)
+
+
+class _DamagedEntry(Exception):
+    pass
+
+
+def compile_model(model, recipe: Int8Recipe, threads: int):
+    """``model`` compiled for this CPU with the recipe's run-time settings (float parts in float32: OpenVINO would
+    pick bf16 on CPUs that have it, and the recipe's agreement was measured in float32)."""
+    import openvino as ov
+
+    return ov.Core().compile_model(model, "CPU", {
+        "INFERENCE_NUM_THREADS": int(threads), "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": int(recipe.activation_group_size),
+    })
+
+
+def convert(torch_model, example_inputs: dict, label: str = ""):
+    """The OpenVINO model of a torch QA model (one clear line when the checkpoint cannot be converted)."""
+    import openvino as ov
+    import torch
+
+    example = {k: torch.from_numpy(np.asarray(v)) for k, v in example_inputs.items()}
+    try:
+        return ov.convert_model(torch_model, example_input=example)
+    except Exception as err:  # the converter raises many types; the first line names what it could not trace
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise UserError(f"reader dtype int8: cannot convert '{label}' ({type(torch_model).__name__}) to OpenVINO: "
+                        f"{first}; read it in float32 or bfloat16") from None
+
+
+def compress(model, recipe: Int8Recipe):
+    """``model`` with its weight matrices in int8, one scale per output channel (NNCF weight compression)."""
+    import logging
+
+    import nncf
+
+    logging.getLogger("nncf").setLevel(logging.WARNING)
+    mode = nncf.CompressWeightsMode.INT8_SYM if recipe.weights == "int8_sym" else nncf.CompressWeightsMode.INT8_ASYM
+    with contextlib.redirect_stdout(sys.stderr):  # NNCF draws a progress bar on stdout, which is the run's output
+        return nncf.compress_weights(model, mode=mode)
+
+
+def _load(entry: Path, recipe: Int8Recipe, threads: int) -> Int8Model:
+    import openvino as ov
+
+    try:
+        info = json.loads((entry / "info.json").read_text(encoding="utf-8"))
+        weights = (entry / "model.bin").read_bytes()
+    except (OSError, ValueError) as err:
+        raise _DamagedEntry(f"unreadable: {type(err).__name__}") from None
+    crc = zlib.crc32(weights)
+    if len(weights) != info.get("weights_bytes") or crc != info.get("weights_crc32"):
+        raise _DamagedEntry(f"model.bin has {len(weights)} bytes, CRC-32 {crc:08x}; its build recorded "
+                            f"{info.get('weights_bytes')} bytes, {info.get('weights_crc32', 0):08x}")
+    try:
+        model = ov.Core().read_model(str(entry / "model.xml"), str(entry / "model.bin"))
+    except RuntimeError as err:
+        raise _DamagedEntry(f"model.xml unreadable: {str(err).splitlines()[0][:120]}") from None
+    return Int8Model(compile_model(model, recipe, threads), info)
+
+
+def _build(staging: Path, torch_model, example_inputs, read_answers, validation_file, recipe: Int8Recipe,
+           threads: int, label: str) -> None:
+    import nncf
+    import openvino as ov
+
+    quantized = compress(convert(torch_model, example_inputs, label), recipe)
+    in_int8, in_float = _matmul_precisions(quantized)
+    info = {
+        "recipe": {"format": RECIPE_FORMAT, **asdict(recipe)},
+        "backend": {"openvino": ov.__version__, "nncf": nncf.__version__},
+        "matmuls_int8_weights": in_int8,
+        "matmuls_float": in_float,
+        "validation": _validate(Int8Model(compile_model(quantized, recipe, threads), {}), torch_model, read_answers,
+                                *validation_sample(validation_file, recipe), recipe, label),
+    }
+    ov.save_model(quantized, str(staging / "model.xml"), compress_to_fp16=False)
+    weights = (staging / "model.bin").read_bytes()
+    info.update(weights_bytes=len(weights), weights_crc32=zlib.crc32(weights))
+    (staging / "info.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+
+
+def _validate(model: Int8Model, torch_model, read_answers, validation, golds, recipe: Int8Recipe, label: str) -> dict:
+    """How the int8 answers agree with float32's on the held-out train questions (and EM/F1 of each)."""
+    from eval.answer_metrics import exact_match, f1
+
+    if not validation:
+        print(f"note: int8 reader of '{label}': no SQuAD train file under $QA_DATA_DIR, so its answers were not "
+              f"compared with float32's", file=sys.stderr)
+        return {"questions": 0}
+    reference = read_answers(torch_model, validation)
+    answers = read_answers(model, validation)
+    identical = 100.0 * float(np.mean([a == b for a, b in zip(answers, reference)]))
+
+    def mean(metric, texts):
+        return round(100.0 * float(np.mean([metric(t, gold) for t, gold in zip(texts, golds)])), 2)
+
+    facts = {"questions": len(validation), "split": "squad train", "identical_percent": round(identical, 2),
+             "em_float32": mean(exact_match, reference), "em_int8": mean(exact_match, answers),
+             "f1_float32": mean(f1, reference), "f1_int8": mean(f1, answers)}
+    if identical < recipe.min_identical:
+        warn(f"int8 reader of '{label}': {identical:.1f}% of {len(validation)} held-out SQuAD train answers equal "
+             f"float32's (the recipe expects >= {recipe.min_identical:g}%); EM {facts['em_int8']} vs "
+             f"{facts['em_float32']} in float32")
+    return facts
+
+
+def _matmul_precisions(model) -> tuple[int, list[str]]:
+    """(how many MatMuls take int8 weights, names of those that take none): a MatMul has int8 weights when a
+    Constant of type i8/u8 feeds it through the decompression chain (Convert, Subtract, Multiply, Reshape)."""
+    in_int8, in_float = 0, []
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "MatMul":
+            continue
+        if any(_fed_by_int8_constant(op.input_value(i).get_node()) for i in range(op.get_input_size())):
+            in_int8 += 1
+        else:
+            in_float.append(op.get_friendly_name())
+    return in_int8, in_float
+
+
+def _fed_by_int8_constant(node, depth: int = 5) -> bool:
+    if node.get_type_name() == "Constant":
+        return node.get_output_element_type(0).get_type_name() in ("i8", "u8")
+    if depth == 0 or node.get_type_name() not in ("Convert", "Subtract", "Multiply", "Reshape", "Transpose"):
+        return False
+    return any(_fed_by_int8_constant(node.input_value(i).get_node(), depth - 1) for i in range(node.get_input_size()))
