@@ -464,6 +464,11 @@ def json_corpus_batches(path: Path, fmt: str, chunk_bytes: int = 8 << 20) -> Ite
             # Python's text files end a line at a lone carriage return too; Arrow reads it as whitespace
             raise NeedsPythonReader("a carriage return not followed by a newline")
         lines = int(np.count_nonzero(octets == 10)) + (bytes(data[-1:]) != b"\n")
+        try:  # the whole chunk: Arrow's JSON parser checks no string for UTF-8, and skips the keys and values it
+            # ignores unseen (a stray byte in an unknown key was read as if the key were absent)
+            whole.view(pa.large_string()).validate(full=True)
+        except pa.ArrowInvalid:
+            raise NeedsPythonReader("text that is not UTF-8") from None
         try:
             table = pj.read_json(raw, read_options=read_opts, parse_options=parse_opts)
         except (pa.ArrowInvalid, UnicodeDecodeError) as e:
