@@ -103,6 +103,8 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
                     raise UserError(f"{pq}:{n}: {key} is {'a number' if kind == 'number' else 'text'} here "
                                     f"but {'a number' if seen[0] == 'number' else 'text'} on line {seen[1]}")
             rows[qid] = row
+    if not rows:  # (an emptied file compared as a run scored on no metric at all: no error, no comparison)
+        raise UserError(f"{pq}: empty, no per-query rows (is {path} the --out directory of a finished pipeline.run?)")
     metrics = {}
     mj = path / "metrics.json"
     if mj.is_file():
