@@ -80,7 +80,9 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
     with open(pq, "rb") as f:
         for n, line in enumerate(f, 1):
             try:
-                row = json.loads(line)  # (bytes: a line that is not UTF-8 is named like any bad line)
+                # a line that is not UTF-8 is named like any bad line (decoded here: json.loads of bytes lets an
+                # encoded surrogate through, "surrogatepass")
+                row = json.loads(line.decode("utf-8"))
                 qid = row["id"]
             except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
                 raise UserError(f"{pq}:{n}: expected a JSON object with an 'id'") from None
@@ -109,7 +111,7 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
     mj = path / "metrics.json"
     if mj.is_file():
         try:
-            metrics = json.loads(mj.read_bytes())
+            metrics = json.loads(mj.read_bytes().decode("utf-8"))
         except json.JSONDecodeError as e:
             raise UserError(f"{mj}:{e.lineno}: not valid JSON ({e.msg})") from None
         except UnicodeDecodeError as e:
