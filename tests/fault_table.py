@@ -286,14 +286,14 @@ def markdown(summary: dict) -> str:
     if summary["fuzz"]:
         out += ["| input format | properties | cases tried | cases failed |", "|---|---|---|---|"]
         for r in summary["fuzz"]:
-            failed = _n(r["failed"]) + (f" ({_cell('; '.join(r['failing_tests']))})" if r["failing_tests"] else "")
+            failed = _n(r["failed"]) + (f" ({_cell('; '.join(r['failing_tests']))[:160]})" if r["failing_tests"] else "")
             out.append(f"| {r['format']} | {r['properties']} | {_n(r['cases'])} | {failed} |")
         out += ["", f"{_n(t['fuzz_cases'])} fuzz cases, {_n(t['fuzz_failed'])} failed.", ""]
     if summary["caches"]:
         out += ["| damaged or unwritable | faults | what is checked | cases | passed | failed |",
                 "|---|---|---|---|---|---|"]
         for r in grouped(summary["caches"]):
-            failed = _n(r["failed"]) + (f" ({_cell('; '.join(r['messages'])[:300])})" if r["messages"] else "")
+            failed = _n(r["failed"]) + (f" ({_cell('; '.join(r['messages'])[:160])})" if r["messages"] else "")
             if r["skipped"]:
                 failed += f", {r['skipped']} skipped"
             out.append(f"| {r['what']} | {r['fault']} | {r['check']} | {r['cases']} | {r['passed']} | {failed} |")
@@ -304,7 +304,7 @@ def markdown(summary: dict) -> str:
         out += ["| runs started together on one cache | commands | outputs identical to a solo run | failed |",
                 "|---|---|---|---|"]
         for r in summary["concurrency"]:
-            failed = _n(r["failed"]) + (f" ({_cell('; '.join(r['messages'])[:300])})" if r["messages"] else "")
+            failed = _n(r["failed"]) + (f" ({_cell('; '.join(r['messages'])[:160])})" if r["messages"] else "")
             if r["skipped"]:
                 failed += f", {r['skipped']} skipped"
             out.append(f"| {r['runs']} | {r['commands']} | {r['identical']} of {r['runs'] * r['times']} | {failed} |")
