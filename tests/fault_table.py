@@ -272,12 +272,18 @@ def _n(x: int) -> str:
 
 def markdown(summary: dict) -> str:
     t = summary["totals"]
+    said = []
+    if summary["kills"]:
+        said.append(f"{_n(t['recovered'])} of {_n(t['kills'])} kills recovered identically")
+    if summary["fuzz"]:
+        said.append(f"{_n(t['fuzz_failed'])} of {_n(t['fuzz_cases'])} fuzz cases failed")
+    if summary["caches"]:
+        said.append(f"{_n(t['cache_passed'])} of {_n(t['cache_cases'])} damaged-cache and unwritable-output cases "
+                    f"passed")
+    said += [f"{r['identical']} of {r['runs'] * r['times']} runs identical to a solo run when {r['runs']} start "
+             f"together" for r in summary["concurrency"]]
     out = [f"**{'Every fault recovered, every case passed' if summary['ok'] else 'FAILURES'}**: "
-           f"{_n(t['recovered'])} of {_n(t['kills'])} kills recovered identically; {_n(t['fuzz_failed'])} of "
-           f"{_n(t['fuzz_cases'])} fuzz cases failed; {_n(t['cache_passed'])} of {_n(t['cache_cases'])} "
-           f"damaged-cache and unwritable-output cases passed; "
-           + "; ".join(f"{r['identical']} of {r['runs'] * r['times']} runs identical to a solo run when {r['runs']} "
-                       f"start together" for r in summary["concurrency"]) + ".", ""]
+           + ("; ".join(said) or "no results") + ".", ""]
     if summary["kills"]:
         out += ["| stage | command | kills | recovered identically | failures |", "|---|---|---|---|---|"]
         out += [f"| {r['stage']} | `{r['command']}` | {r['kills']} | {r['recovered']} | "

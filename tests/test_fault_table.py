@@ -102,12 +102,14 @@ def test_the_summary_fails_on_any_failure_and_the_markdown_shows_it():
     assert not summarize({"kills": KILLS[:2], "fuzz": FUZZ})["ok"]  # a failed fuzz case
     assert not summarize({"kills": KILLS[:2], "parts": {"caches": {"rc": 1, "error": ""}}})["ok"]
     text = markdown(summarize({"kills": KILLS, "fuzz": FUZZ}))
-    assert text.startswith("**FAILURES**: 4 of 5 kills recovered identically; 1 of 430 fuzz cases failed;")
+    assert text.startswith("**FAILURES**: 4 of 5 kills recovered identically; 1 of 430 fuzz cases failed.")
     assert markdown(good).startswith("**Every fault recovered, every case passed**: 2 of 2 kills")
     assert "| reading | `python -m pipeline.run` | 3 | 2 | kill 2: metrics.json: bytes differ |" in text
     assert "| trec-run | 1 | 80 | 1 |" in text
     assert "5 kills, 4 recovered identically." in text and "430 fuzz cases, 1 failed." in text
     assert "Not run: caches, concurrency." in text
+    fuzz_only = markdown(summarize({"fuzz": FUZZ[:2]}))  # the headline names only what ran
+    assert fuzz_only.startswith("**Every fault recovered, every case passed**: 0 of 350 fuzz cases failed.\n")
 
 
 def test_the_command_exits_non_zero_on_a_failed_kill_or_fuzz_case(tmp_path):
