@@ -25,6 +25,10 @@ load from elsewhere hits all sides alike.  Model loading, building and a warm-up
     python bench/reader_int8.py --limit 2000 --plot docs/img/int8_frontier.png
     python bench/reader_int8.py --main-job 500
 
+``--sensitivity N`` instead reads N questions with the default recipe and with the recipe leaving one group of
+layers in float32 at a time (each kind of projection across all layers, then each layer whole): which layers
+carry the int8 error, and what keeping them in float costs.
+
 ``--main-job N`` instead runs the main job (``python -m pipeline.run --dataset reqa_squad --split dev
 --limit N``, the shared reader, default retriever and metrics) with ``--reader-dtype float32`` and ``int8``,
 in the order float32, int8, int8, float32, each with its own output and read cache, and prints the reading
@@ -51,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "minilm-squad-reader"
 DEFAULT_VENV = ROOT / ".venv-bench"
+PEER_LABELS = {"torch": "HF pipeline", "ort-int8": "Optimum ORT int8", "ort-int8-per-channel": "Optimum ORT int8 per-channel"}
 
 
 # ---------------------------------------------------------------- peer side (runs in the bench venv)
@@ -226,6 +231,9 @@ def main(argv=None) -> int:
     parser.add_argument("--data-dir", default=os.environ.get("QA_DATA_DIR") or str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--plot", default=None, help="PNG of the speed-accuracy frontier")
     parser.add_argument("--json", default=None, help="every side's figures as JSON")
+    parser.add_argument("--replot", default=None, metavar="JSON", help="instead: draw --plot from a run's --json")
+    parser.add_argument("--sensitivity", type=int, default=None, metavar="N",
+                        help="instead: which layers carry the int8 error, on N SQuAD dev questions")
     parser.add_argument("--main-job", type=int, default=None, metavar="N",
                         help="instead: the main job on N ReQA SQuAD dev questions in float32 and int8")
     parser.add_argument("--serve-peer", default=None, help=argparse.SUPPRESS)
@@ -237,11 +245,18 @@ def main(argv=None) -> int:
     if args.serve_peer:
         serve_peer(args.serve_peer, args.model, threads, args.work)
         return 0
+    if args.replot:
+        run = json.loads(Path(args.replot).read_text())
+        plot(run["rows"], frontier(run["rows"]), args.plot, f"{run['questions']} SQuAD dev questions, {run['cpu']}, "
+             f"{run['threads']} threads")
+        return 0
 
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("QA_DATA_DIR", args.data_dir)
     if args.main_job:
         return main_job(args, threads)
+    if args.sensitivity:
+        return sensitivity(args, threads)
     import numpy as np
     import torch
 
@@ -264,7 +279,9 @@ def main(argv=None) -> int:
             raise SystemExit(f"error: {python} not found; create the bench venv as bench/README.md says")
         peers[kind] = PeerProcess(python, kind, args.model, threads, work)
     sizes = [int(b) for b in args.peer_batch_sizes.split(",")]
-    names = list(sides) + [f"{kind} b{b}" for kind in peers for b in sizes]
+    label = {kind: PEER_LABELS.get(kind, kind) for kind in peers}
+    kind_of = {v: k for k, v in label.items()}
+    names = list(sides) + [f"{label[kind]} b{b}" for kind in peers for b in sizes]
 
     warm = slice(0, 16)
     for reader, _ in sides.values():
@@ -284,19 +301,19 @@ def main(argv=None) -> int:
                 answers[name][lo:hi] = sides[name][0].read_pairs(questions[lo:hi], contexts[lo:hi]).text
                 seconds[name] += time.perf_counter() - started
             else:
-                kind, b = name.rsplit(" b", 1)
-                reply = peers[kind].ask(questions=questions[lo:hi], contexts=contexts[lo:hi], batch_size=int(b), **settings)
+                peer_label, b = name.rsplit(" b", 1)
+                reply = peers[kind_of[peer_label]].ask(questions=questions[lo:hi], contexts=contexts[lo:hi], batch_size=int(b), **settings)
                 seconds[name] += reply["seconds"]
                 answers[name][lo:hi] = reply["answers"]
         print(f"block {blk + 1}/{args.blocks}: {hi} questions", file=sys.stderr, flush=True)
-    versions = {kind: peer.hello["versions"] for kind, peer in peers.items()}
+    versions = {label[kind]: peer.hello["versions"] for kind, peer in peers.items()}
     for peer in peers.values():
         peer.close()
     for kind in peers:  # each peer at its best batch size
-        best = max((f"{kind} b{b}" for b in sizes), key=lambda name: len(questions) / seconds[name])
+        best = max((f"{label[kind]} b{b}" for b in sizes), key=lambda name: len(questions) / seconds[name])
         for b in sizes:
-            if f"{kind} b{b}" != best:
-                names.remove(f"{kind} b{b}")
+            if f"{label[kind]} b{b}" != best:
+                names.remove(f"{label[kind]} b{b}")
 
     n = len(questions)
     em = {k: np.array([exact_match(a, g) for a, g in zip(answers[k], golds)], dtype=np.float64) for k in names}
@@ -306,7 +323,7 @@ def main(argv=None) -> int:
     rows = []
     for k in names:
         d_em, d_f1 = 100 * (em[k] - em[ref]), 100 * (fs[k] - fs[ref])
-        rows.append({"side": k, "what": sides[k][1] if k in sides else json.dumps(versions[k.rsplit(" b", 1)[0]]),
+        rows.append({"side": k, "peer": k not in sides, "what": sides[k][1] if k in sides else json.dumps(versions[k.rsplit(" b", 1)[0]]),
                      "em": 100 * em[k].mean(), "f1": 100 * fs[k].mean(), "passages_per_s": rate[k],
                      "seconds": seconds[k], "d_em": d_em.mean(), "d_em_ci": bootstrap_ci(d_em, 2000, 13),
                      "d_f1": d_f1.mean(), "d_f1_ci": bootstrap_ci(d_f1, 2000, 13),
@@ -325,7 +342,7 @@ def main(argv=None) -> int:
 
     ours = next(r for r in rows if r["side"] == "int8 (ours)")
     bf16 = next((r for r in rows if r["side"] == "torch bf16"), None)
-    ort = [r for r in rows if r["side"].startswith("ort-int8") and r["em"] >= ours["em"] - 1e-9]
+    ort = [r for r in rows if r["side"].startswith("Optimum") and r["em"] >= ours["em"] - 1e-9]
     print("\ngoals (int8 (ours)):")
     print(f"  EM and F1 within 0.5 of float32 (interval inside +-0.5): "
           f"{_yes(max(map(abs, ours['d_em_ci'] + ours['d_f1_ci'])) <= 0.5)} "
@@ -337,7 +354,7 @@ def main(argv=None) -> int:
     else:
         print(f"  >= 1.8x torch float32 (no native bf16 here): {_yes(ours['passages_per_s'] >= 1.8 * rate[ref])} "
               f"({ours['passages_per_s'] / rate[ref]:.2f}x)")
-    for r in [r for r in rows if r["side"].startswith("ort-int8")]:
+    for r in [r for r in rows if r["side"].startswith("Optimum")]:
         tag = "" if r in ort else " (its EM is lower than ours: the goal compares at equal or better EM)"
         print(f"  >= 1.3x {r['side']}: {_yes(ours['passages_per_s'] >= 1.3 * r['passages_per_s'])} "
               f"({ours['passages_per_s'] / r['passages_per_s']:.2f}x){tag}")
@@ -350,6 +367,65 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "questions": n, "threads": threads,
                                                "cpu": hardware.cpu_model(), "peers": versions}, indent=1) + "\n")
+    return _machine.finish(guard, allow_busy=args.allow_busy)
+
+
+SENSITIVITY_GROUPS = {
+    "embeddings": r".*embeddings.*", "query": r".*attention\.self\.query.*", "key": r".*attention\.self\.key.*",
+    "value": r".*attention\.self\.value.*", "attention output": r".*attention\.output\.dense.*",
+    "FFN in": r".*intermediate\.dense.*", "FFN out": r".*layer\.\d+\.output\.dense.*", "span head": r".*qa_outputs.*",
+}
+
+
+def sensitivity(args, threads: int) -> int:
+    """Identical answers and EM with one group of layers left in float32 (the default recipe otherwise)."""
+    import re
+
+    import nncf
+    import numpy as np
+
+    import _machine
+    import hardware
+    from eval.answer_metrics import exact_match
+    from reader_vs_pipeline import load_squad_dev
+    from readers import int8
+    from readers.extractive import ExtractiveReader
+    from readers.int8 import Int8Model, Int8Recipe
+
+    guard = _machine.start(threads)
+    questions, contexts, golds = load_squad_dev(Path(args.data_dir), args.sensitivity)
+    base = ExtractiveReader(args.model, dtype="float32", num_threads=threads, progress=False).load()
+    reference = base.read_pairs(questions, contexts).text
+    example = {k: np.asarray(v, dtype=np.int64) for k, v in base.tokenizer_(
+        ["Which model reads?"] * 2, ["The reader reads this passage."] * 2, return_tensors="np").items()
+        if k in base.tokenizer_.model_input_names}
+    float_ov = int8.convert(base.model_, example, "bench")
+    names = [op.get_friendly_name() for op in float_ov.get_ordered_ops()]
+    layers = sorted({int(m.group(1)) for n in names for m in [re.search(r"\.layer\.(\d+)\.", n)] if m})
+    groups = {"none (the default recipe)": None, **SENSITIVITY_GROUPS,
+              **{f"layer {i}": rf".*\.layer\.{i}\..*" for i in layers}}
+    recipe = Int8Recipe()
+    rows = []
+    for label, pattern in groups.items():
+        scope = nncf.IgnoredScope(patterns=[pattern], validate=False) if pattern else nncf.IgnoredScope()
+        model = nncf.compress_weights(float_ov.clone(), mode=nncf.CompressWeightsMode.INT8_SYM, ignored_scope=scope)
+        side = copy.copy(base)
+        side.model_, side.dtype_ = Int8Model(int8.compile_model(model, recipe, threads), {}), "int8"
+        side.read_pairs(questions[:8], contexts[:8])
+        started = time.perf_counter()
+        answers = side.read_pairs(questions, contexts).text
+        seconds = time.perf_counter() - started
+        kept = sum(1 for n in names if pattern and re.fullmatch(pattern, n) and n.endswith(("MatMul", "Gather")))
+        same = 100 * float(np.mean([a == b for a, b in zip(answers, reference)]))
+        em = 100 * float(np.mean([exact_match(a, g) for a, g in zip(answers, golds)]))
+        rows.append((label, kept, same, em, len(questions) / seconds))
+        print(f"{label}: {same:.1f}% identical", file=sys.stderr, flush=True)
+    em32 = 100 * float(np.mean([exact_match(a, g) for a, g in zip(reference, golds)]))
+    print(f"\nwhich layers carry the int8 error: {len(questions)} SQuAD dev questions (gold paragraphs), the default "
+          f"recipe with one group left in float32; float32 EM {em32:.2f}; {hardware.cpu_model()}, {threads} threads\n")
+    print(f"{'left in float32':<28}{'ops':>5}{'identical':>11}{'EM':>8}{'p/s':>8}")
+    for label, kept, same, em, rate in rows:
+        print(f"{label:<28}{kept:>5}{same:>10.1f}%{em:>8.2f}{rate:>8.1f}")
     return _machine.finish(guard, allow_busy=args.allow_busy)
 
 
@@ -387,7 +463,7 @@ def main_job(args, threads: int) -> int:
     ratio = read["int8"] / read["float32"]
     print(f"\nreading int8 / float32: {ratio:.2f} (goal <= 0.55: {_yes(ratio <= 0.55)})")
     print("metric differences (int8 - float32): " + ", ".join(f"{k} {v:+.4f}" for k, v in deltas.items()))
-    print(f"largest |difference| {abs(deltas[worst]):.4f} ({worst}; goal <= 0.01: {_yes(abs(deltas[worst]) <= 0.01)})")
+    print(f"largest |difference| {abs(deltas[worst]):.4f} ({worst}; goal <= 0.01: {_yes(abs(deltas[worst]) <= 0.01 + 1e-9)})")
     return _machine.finish(guard, allow_busy=args.allow_busy)
 
 
@@ -407,26 +483,35 @@ def frontier(rows) -> list[str]:
 
 
 def plot(rows, front, path, title) -> None:
+    """Passages/s against EM loss (95% CI) and against the share of answers identical to float32's; our sides
+    as circles (ours in red), peers as grey squares, the frontier dashed; points numbered, names in the legend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
-    for r in rows:
-        peer = not (r["side"].startswith("int8") or r["side"].startswith("torch") or r["side"].startswith("OpenVINO"))
-        ax.errorbar(r["passages_per_s"], -r["d_em"], yerr=[[max(r["d_em_ci"][1] - r["d_em"], 0)], [max(r["d_em"] - r["d_em_ci"][0], 0)]],
-                    fmt="s" if peer else "o", color="tab:red" if r["side"] == "int8 (ours)" else ("tab:gray" if peer else "tab:blue"),
-                    capsize=2, markersize=5)
-        ax.annotate(r["side"], (r["passages_per_s"], -r["d_em"]), textcoords="offset points", xytext=(4, 3), fontsize=7)
-    pts = sorted(((r["passages_per_s"], -r["d_em"]) for r in rows if r["side"] in front))
-    ax.plot([p[0] for p in pts], [p[1] for p in pts], "--", color="black", linewidth=0.8, alpha=0.6, label="frontier")
-    ax.axhline(0.5, color="tab:red", linewidth=0.6, linestyle=":", label="0.5 EM loss")
-    ax.set_xlabel("passages per second (gold paragraphs)")
-    ax.set_ylabel("EM loss against torch float32 (points, 95% CI)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7.5), sharex=True)
+    handles = []
+    for i, r in enumerate(rows, 1):
+        color = "tab:red" if r["side"] == "int8 (ours)" else ("tab:gray" if r.get("peer") else "tab:blue")
+        marker = "s" if r.get("peer") else "o"
+        top.errorbar(r["passages_per_s"], -r["d_em"], yerr=[[max(r["d_em_ci"][1] - r["d_em"], 0)],
+                     [max(r["d_em"] - r["d_em_ci"][0], 0)]], fmt=marker, color=color, capsize=2, markersize=5)
+        bottom.plot(r["passages_per_s"], r["identical"], marker, color=color, markersize=5)
+        for ax, y in ((top, -r["d_em"]), (bottom, r["identical"])):
+            ax.annotate(str(i), (r["passages_per_s"], y), textcoords="offset points", xytext=(3, 3), fontsize=7)
+        handles.append(Line2D([], [], marker=marker, color=color, linestyle="", label=f"{i} {r['side']}"))
+    pts = sorted((r["passages_per_s"], -r["d_em"]) for r in rows if r["side"] in front)
+    top.plot([p[0] for p in pts], [p[1] for p in pts], "--", color="black", linewidth=0.8, alpha=0.6)
+    top.axhline(0.5, color="tab:red", linewidth=0.6, linestyle=":")
+    bottom.axhline(97, color="tab:red", linewidth=0.6, linestyle=":")
+    top.set_ylabel("EM loss vs torch float32\n(points, 95% CI; dotted: 0.5)")
+    bottom.set_ylabel("answers identical to float32 (%)\n(dotted: 97%)")
+    bottom.set_xlabel("passages per second (gold paragraphs)")
+    top.set_title(title, fontsize=9)
+    fig.legend(handles=handles, loc="center right", fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0, 0.74, 1))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)
 
