@@ -55,6 +55,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "minilm-squad-reader"
 DEFAULT_VENV = ROOT / ".venv-bench"
+from reader_vs_pipeline import ChildProcess, _reply  # noqa: E402  (bench/ is on the path: both sides import it)
+
 PEER_LABELS = {"torch": "HF pipeline", "ort-int8": "Optimum ORT int8", "ort-int8-per-channel": "Optimum ORT int8 per-channel"}
 
 
@@ -107,33 +109,10 @@ def serve_peer(kind: str, model: str, threads: int, work: str) -> None:
         _reply({"answers": [o["answer"] for o in outputs], "seconds": seconds})
 
 
-def _reply(obj) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-class PeerProcess:
+class PeerProcess(ChildProcess):
     def __init__(self, python: Path, kind: str, model: str, threads: int, work: str):
-        self.proc = subprocess.Popen(
-            [str(python), __file__, "--serve-peer", kind, "--model", model, "--threads", str(threads), "--work", work],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
-        self.hello = self._read()
-
-    def _read(self):
-        line = self.proc.stdout.readline()
-        if not line:
-            raise SystemExit(f"error: peer process exited with status {self.proc.wait()} (see its stderr above)")
-        return json.loads(line)
-
-    def ask(self, **request):
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        return self._read()
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait()
+        super().__init__([str(python), __file__, "--serve-peer", kind, "--model", model, "--threads", str(threads),
+                          "--work", work], f"peer {kind}")
 
 
 # ---------------------------------------------------------------- our sides

@@ -72,10 +72,13 @@ def _reply(obj) -> None:
     sys.stdout.flush()
 
 
-class PipelineProcess:
-    def __init__(self, python: Path, model: str, threads: int):
+class ChildProcess:
+    """A child process that answers one JSON line per JSON request line (its first line is a greeting)."""
+
+    def __init__(self, argv: list[str], label: str):
+        self.label = label
         self.proc = subprocess.Popen(
-            [str(python), __file__, "--serve-pipeline", "--model", model, "--threads", str(threads)],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -86,7 +89,7 @@ class PipelineProcess:
     def _read(self):
         line = self.proc.stdout.readline()
         if not line:
-            raise SystemExit(f"error: pipeline process exited with status {self.proc.wait()} (see its stderr above)")
+            raise SystemExit(f"error: {self.label} process exited with status {self.proc.wait()} (see its stderr above)")
         return json.loads(line)
 
     def ask(self, **request):
@@ -97,6 +100,11 @@ class PipelineProcess:
     def close(self):
         self.proc.stdin.close()
         self.proc.wait()
+
+
+class PipelineProcess(ChildProcess):
+    def __init__(self, python: Path, model: str, threads: int):
+        super().__init__([str(python), __file__, "--serve-pipeline", "--model", model, "--threads", str(threads)], "pipeline")
 
 
 # ---------------------------------------------------------------- our side
