@@ -225,7 +225,7 @@ def main(argv=None) -> int:
         n_read, n_enc, n_vec = 2000, 20000, 1_000_000
     else:
         dtypes = ["float32"] + (["bfloat16"] if _machine.hardware.cpu_has_native_bf16() else [])
-        n_read, n_enc, n_vec = 8, 128, 20_000
+        n_read, n_enc, n_vec = 8, 48, 20_000
     items = squad_items(Path(os.environ["QA_DATA_DIR"]), n_read)
     rows = []
     for name, stage in (
