@@ -8,10 +8,10 @@ model that runs the forward passes:
 
 * ``torch float32``, ``torch bf16`` (autocast; only where the CPU has native bf16: ``auto``'s choice there);
 * ``int8 (ours)``: ``--reader-dtype int8`` as users get it (readers/int8.py, its default recipe, from the cache);
-* other int8 recipes: per-group activation quantization with groups of 32 and 128, none at all (int8 weights,
-  float products), asymmetric weights; NNCF static post-training quantization of every layer (activation ranges
-  calibrated on SQuAD train reader windows, the TRANSFORMER preset); torch's ``quantize_dynamic`` on every
-  ``nn.Linear`` (per-tensor, the naive recipe);
+* other int8 recipes: the default with its FFN output projections in int8 too, or with only the first layer in
+  float; activation groups of 32 and 128, none at all (int8 weights, float products), asymmetric weights; NNCF static
+  post-training quantization of every layer (activation ranges calibrated on SQuAD train reader windows, the
+  TRANSFORMER preset); torch's ``quantize_dynamic`` on every ``nn.Linear`` (per-tensor, the naive recipe);
 * OpenVINO float32 and bf16 without quantization (where the backend alone takes us).
 
 The peers run in the bench-only venv (transformers 4.57.x, optimum-onnx with ONNX Runtime; bench/README.md):
@@ -25,9 +25,10 @@ load from elsewhere hits all sides alike.  Model loading, building and a warm-up
     python bench/reader_int8.py --limit 2000 --plot docs/img/int8_frontier.png
     python bench/reader_int8.py --main-job 500
 
-``--sensitivity N`` instead reads N questions with the default recipe and with the recipe leaving one group of
-layers in float32 at a time (each kind of projection across all layers, then each layer whole): which layers
-carry the int8 error, and what keeping them in float costs.
+``--sensitivity N`` instead reads N SQuAD train questions (outside the recipe's validation sample;
+``--sensitivity-split dev`` for dev) with every layer in int8 and with one group of layers left in float32 at
+a time (each kind of projection across all layers, each layer whole, a few pairs): which layers carry the int8
+error, and what keeping them in float costs.  The default recipe's float group was chosen on this table.
 
 ``--main-job N`` instead runs the main job (``python -m pipeline.run --dataset reqa_squad --split dev
 --limit N``, the shared reader, default retriever and metrics) with ``--reader-dtype float32`` and ``int8``,
@@ -148,8 +149,13 @@ def our_sides(args, threads, settings):
     sides = {"torch float32": (base, "torch, float32 (the reference)")}
     if hardware.cpu_has_native_bf16():
         sides["torch bf16"] = (reader("bfloat16"), "torch, bf16 autocast (auto's choice on this CPU)")
-    sides["int8 (ours)"] = (reader("int8"), "int8 weights per channel, activations per 64-group (default recipe)")
+    sides["int8 (ours)"] = (reader("int8"), "int8 weights per channel, activations per 64-group, FFN output "
+                                           "projections float32 (default recipe)")
     for name, recipe, what in (
+        ("int8 every layer", Int8Recipe(float_ffn_output=False, validation_questions=0),
+         "the default recipe with the FFN output projections in int8 too"),
+        ("int8 first layer float", Int8Recipe(float_ffn_output=False, float_layers=(0,), validation_questions=0),
+         "every layer int8 but the first"),
         ("int8 group 32", Int8Recipe(activation_group_size=32, validation_questions=0), "activations per 32-group"),
         ("int8 group 128", Int8Recipe(activation_group_size=128, validation_questions=0), "activations per 128-group"),
         ("int8 asym weights", Int8Recipe(weights="int8_asym", validation_questions=0), "asymmetric weights, 64-group"),
@@ -212,7 +218,11 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None, help="every side's figures as JSON")
     parser.add_argument("--replot", default=None, metavar="JSON", help="instead: draw --plot from a run's --json")
     parser.add_argument("--sensitivity", type=int, default=None, metavar="N",
-                        help="instead: which layers carry the int8 error, on N SQuAD dev questions")
+                        help="instead: which layers carry the int8 error, on N SQuAD questions (--sensitivity-split)")
+    parser.add_argument("--sensitivity-split", choices=("train", "dev"), default="train",
+                        help="--sensitivity's questions: SQuAD train outside the int8 validation sample, or dev")
+    parser.add_argument("--sensitivity-groups", default=None, metavar="REGEX",
+                        help="--sensitivity: only the groups whose label matches (and every layer int8)")
     parser.add_argument("--main-job", type=int, default=None, metavar="N",
                         help="instead: the main job on N ReQA SQuAD dev questions in float32 and int8")
     parser.add_argument("--serve-peer", default=None, help=argparse.SUPPRESS)
@@ -357,7 +367,9 @@ SENSITIVITY_GROUPS = {
 
 
 def sensitivity(args, threads: int) -> int:
-    """Identical answers and EM with one group of layers left in float32 (the default recipe otherwise)."""
+    """Identical answers and EM with one group of layers left in float32, everything else int8 (the default
+    recipe's weights and activation groups), on SQuAD *train* questions outside the recipe's validation sample
+    (``--sensitivity-split dev``: spread over dev instead)."""
     import re
 
     import nncf
@@ -372,7 +384,16 @@ def sensitivity(args, threads: int) -> int:
     from readers.int8 import Int8Model, Int8Recipe
 
     guard = _machine.start(threads)
-    questions, contexts, golds = load_squad_dev(Path(args.data_dir), args.sensitivity)
+    recipe = Int8Recipe()
+    if args.sensitivity_split == "train":
+        held = Int8Recipe(validation_questions=recipe.validation_questions + args.sensitivity, seed=recipe.seed)
+        pairs, golds = int8.validation_sample(int8.validation_source(held, args.data_dir)[0], held)
+        pairs, golds = pairs[recipe.validation_questions:], golds[recipe.validation_questions:]
+        questions, contexts = [q for q, _ in pairs], [c for _, c in pairs]
+        where = f"{len(questions)} SQuAD train questions outside the int8 validation sample"
+    else:
+        questions, contexts, golds = load_squad_dev(Path(args.data_dir), args.sensitivity)
+        where = f"{len(questions)} SQuAD dev questions"
     base = ExtractiveReader(args.model, dtype="float32", num_threads=threads, progress=False).load()
     reference = base.read_pairs(questions, contexts).text
     example = {k: np.asarray(v, dtype=np.int64) for k, v in base.tokenizer_(
@@ -381,12 +402,17 @@ def sensitivity(args, threads: int) -> int:
     float_ov = int8.convert(base.model_, example, "bench")
     names = [op.get_friendly_name() for op in float_ov.get_ordered_ops()]
     layers = sorted({int(m.group(1)) for n in names for m in [re.search(r"\.layer\.(\d+)\.", n)] if m})
-    groups = {"none (the default recipe)": None, **SENSITIVITY_GROUPS,
-              **{f"layer {i}": rf".*\.layer\.{i}\..*" for i in layers}}
-    recipe = Int8Recipe()
+    groups = {"none (every layer int8)": [], **{k: [v] for k, v in SENSITIVITY_GROUPS.items()},
+              **{f"layer {i}": [int8.layer_pattern(i)] for i in layers},
+              **{f"FFN out of layer {i}": [rf".*\.layer\.{i}\.output\.dense.*"] for i in layers},
+              "layers 0 and 1": [int8.layer_pattern(0), int8.layer_pattern(1)],
+              f"layers 0 and {layers[-1]}": [int8.layer_pattern(0), int8.layer_pattern(layers[-1])],
+              "layer 0 + span head": [int8.layer_pattern(0), SENSITIVITY_GROUPS["span head"]]}
+    if args.sensitivity_groups:
+        groups = {k: v for k, v in groups.items() if not v or re.search(args.sensitivity_groups, k)}
     rows = []
-    for label, pattern in groups.items():
-        scope = nncf.IgnoredScope(patterns=[pattern], validate=False) if pattern else nncf.IgnoredScope()
+    for label, patterns in groups.items():
+        scope = nncf.IgnoredScope(patterns=patterns, validate=False) if patterns else nncf.IgnoredScope()
         model = nncf.compress_weights(float_ov.clone(), mode=nncf.CompressWeightsMode.INT8_SYM, ignored_scope=scope)
         side = copy.copy(base)
         side.model_, side.dtype_ = Int8Model(int8.compile_model(model, recipe, threads), {}), "int8"
@@ -394,14 +420,14 @@ def sensitivity(args, threads: int) -> int:
         started = time.perf_counter()
         answers = side.read_pairs(questions, contexts).text
         seconds = time.perf_counter() - started
-        kept = sum(1 for n in names if pattern and re.fullmatch(pattern, n) and n.endswith(("MatMul", "Gather")))
+        kept = sum(1 for n in names if any(re.fullmatch(p, n) for p in patterns) and n.endswith(("MatMul", "Gather")))
         same = 100 * float(np.mean([a == b for a, b in zip(answers, reference)]))
         em = 100 * float(np.mean([exact_match(a, g) for a, g in zip(answers, golds)]))
         rows.append((label, kept, same, em, len(questions) / seconds))
         print(f"{label}: {same:.1f}% identical", file=sys.stderr, flush=True)
     em32 = 100 * float(np.mean([exact_match(a, g) for a, g in zip(reference, golds)]))
-    print(f"\nwhich layers carry the int8 error: {len(questions)} SQuAD dev questions (gold paragraphs), the default "
-          f"recipe with one group left in float32; float32 EM {em32:.2f}; {hardware.cpu_model()}, {threads} threads\n")
+    print(f"\nwhich layers carry the int8 error: {where} (gold paragraphs), every layer int8 but one group left in "
+          f"float32; float32 EM {em32:.2f}; {hardware.cpu_model()}, {threads} threads\n")
     print(f"{'left in float32':<28}{'ops':>5}{'identical':>11}{'EM':>8}{'p/s':>8}")
     for label, kept, same, em, rate in rows:
         print(f"{label:<28}{kept:>5}{same:>10.1f}%{em:>8.2f}{rate:>8.1f}")

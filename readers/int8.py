@@ -52,7 +52,7 @@ import numpy as np
 from data.errors import UserError
 from data.io import cache_dir, discard_directory, entry_lock, os_reason, sha256_text, warn
 
-RECIPE_FORMAT = "int8-openvino-wc-dq-v1"
+RECIPE_FORMAT = "int8-openvino-wc-dq-v2"
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,12 @@ class Int8Recipe:
     activation_group_size: consecutive activation values sharing one int8 scale at run time (OpenVINO's
         ``DYNAMIC_QUANTIZATION_GROUP_SIZE``; 0 turns dynamic quantization off: int8 weights, float products).
     weights: ``"int8_sym"`` (one symmetric scale per output channel) or ``"int8_asym"`` (scale and zero point).
+    float_ffn_output: keep every layer's feed-forward output projection in float32 (its input, the GELU output,
+        has the widest outliers): of all groups of layers it is the one whose int8 error is largest, on SQuAD
+        train (``bench/reader_int8.py --sensitivity``) and on dev alike.
+    float_layers: whole encoder layers (indices from 0) kept in float32.
+        Both are found by module path (``...layer.<i>.output.dense``, DistilBERT's ``...layer.<i>.ffn.lin2``), as
+        named in BERT, RoBERTa, DistilBERT and MiniLM checkpoints.
     validation_questions: held-out SQuAD train questions on which the int8 answers are compared with float32's.
     min_identical: percent of those answers expected to equal float32's; below it the build says so in a warning.
     seed: which train questions are drawn.
@@ -69,6 +75,8 @@ class Int8Recipe:
 
     activation_group_size: int = 64
     weights: str = "int8_sym"
+    float_ffn_output: bool = True
+    float_layers: tuple[int, ...] = ()
     validation_questions: int = 300
     min_identical: float = 97.0
     seed: int = 13
@@ -79,6 +87,10 @@ class Int8Recipe:
         if isinstance(self.activation_group_size, bool) or not isinstance(self.activation_group_size, int) \
                 or self.activation_group_size < 0:
             raise UserError(f"int8 recipe activation_group_size={self.activation_group_size!r}: expected an integer >= 0")
+        layers = self.float_layers
+        if not isinstance(layers, (tuple, list)) or any(isinstance(i, bool) or not isinstance(i, int) or i < 0
+                                                        for i in layers):
+            raise UserError(f"int8 recipe float_layers={layers!r}: expected a tuple of layer indices >= 0")
         if isinstance(self.validation_questions, bool) or not isinstance(self.validation_questions, int) \
                 or self.validation_questions < 0:
             raise UserError(f"int8 recipe validation_questions={self.validation_questions!r}: expected an integer >= 0")
@@ -214,16 +226,36 @@ def convert(torch_model, example_inputs: dict, label: str = ""):
                         f"{first}; read it in float32 or bfloat16") from None
 
 
-def compress(model, recipe: Int8Recipe):
-    """``model`` with its weight matrices in int8, one scale per output channel (NNCF weight compression)."""
+FFN_OUTPUT = r".*\.layer\.\d+\.(output\.dense|ffn\.lin2)\b.*"  # not attention.output.dense
+
+
+def layer_pattern(index: int) -> str:
+    """The names of an encoder layer's operations in a converted model (``__module.bert.encoder.layer.0....``)."""
+    return rf".*\.layer\.{int(index)}\..*"
+
+
+def compress(model, recipe: Int8Recipe, label: str = ""):
+    """``model`` with its weight matrices in int8, one scale per output channel (NNCF weight compression), except
+    those of ``recipe.float_layers``."""
     import logging
+    import re
 
     import nncf
 
     logging.getLogger("nncf").setLevel(logging.WARNING)
+    names = [op.get_friendly_name() for op in model.get_ordered_ops() if op.get_type_name() == "MatMul"]
+    wanted = {f"encoder layer {i}": layer_pattern(i) for i in recipe.float_layers}
+    if recipe.float_ffn_output:
+        wanted["feed-forward output projections"] = FFN_OUTPUT
+    missing = [what for what, pattern in wanted.items() if not any(re.fullmatch(pattern, n) for n in names)]
+    if missing:
+        warn(f"int8 reader of '{label}': no {', no '.join(missing)} in the converted model (found by module "
+             f"path, '.layer.<i>.'); kept in int8")
+    patterns = [pattern for what, pattern in wanted.items() if what not in missing]
+    scope = nncf.IgnoredScope(patterns=patterns, validate=False) if patterns else None
     mode = nncf.CompressWeightsMode.INT8_SYM if recipe.weights == "int8_sym" else nncf.CompressWeightsMode.INT8_ASYM
     with contextlib.redirect_stdout(sys.stderr):  # NNCF draws a progress bar on stdout, which is the run's output
-        return nncf.compress_weights(model, mode=mode)
+        return nncf.compress_weights(model, mode=mode, ignored_scope=scope)
 
 
 def _load(entry: Path, recipe: Int8Recipe, threads: int) -> Int8Model:
@@ -250,7 +282,7 @@ def _build(staging: Path, torch_model, example_inputs, read_answers, validation_
     import nncf
     import openvino as ov
 
-    quantized = compress(convert(torch_model, example_inputs, label), recipe)
+    quantized = compress(convert(torch_model, example_inputs, label), recipe, label)
     in_int8, in_float = _matmul_precisions(quantized)
     info = {
         "recipe": {"format": RECIPE_FORMAT, **asdict(recipe)},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
 import subprocess
 import sys
 import zipfile
@@ -16,7 +16,7 @@ import pytest
 
 from data.errors import UserError
 from readers.extractive import ExtractiveReader, ReadCache
-from readers.int8 import Int8Recipe
+from readers.int8 import FFN_OUTPUT, Int8Recipe
 from tests.conftest import DATA, READER
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,13 +72,17 @@ def tiny_checkpoint(kind: str, directory: Path) -> Path:
 
 
 @pytest.mark.parametrize("kind", ["bert", "roberta", "distilbert"])  # MiniLM is a BERT: the shared reader below
-def test_the_recipe_quantizes_each_architecture_and_tracks_float32(kind, tmp_path, int8_cache):
+def test_the_recipe_quantizes_each_architecture_and_tracks_float32(kind, tmp_path, int8_cache, capsys):
     path = tiny_checkpoint(kind, tmp_path)
     questions, passages = dev_pairs(60)
     exact = ExtractiveReader(str(path), dtype="float32", progress=False).read_pairs(questions, passages)
     int8 = ExtractiveReader(str(path), dtype="int8", int8_recipe=NO_VALIDATION, progress=False).load()
     info = int8.model_.info
-    assert info["matmuls_int8_weights"] >= 2 * 6 + 1 and info["validation"] == {"questions": 0}
+    # per layer, q/k/v/attention output/FFN in in int8, the FFN output projection kept in float (the recipe), plus
+    # the span head in int8; the two weightless attention products of each layer are float by nature
+    ffn_out = [name for name in info["matmuls_float"] if re.fullmatch(FFN_OUTPUT, name)]
+    assert info["matmuls_int8_weights"] == 2 * 5 + 1 and len(ffn_out) == 2, info
+    assert info["validation"] == {"questions": 0}
     fast = int8.read_pairs(questions, passages)
     for text, passage, start, end in zip(fast.text, passages, fast.start_char, fast.end_char):
         assert passage[start:end] == text
@@ -86,6 +90,14 @@ def test_the_recipe_quantizes_each_architecture_and_tracks_float32(kind, tmp_pat
     # (identical answers are checked on the real reader below); the best-span scores must follow float32's
     assert np.corrcoef(exact.score, fast.score)[0, 1] > 0.99
     assert np.max(np.abs(exact.score - fast.score)) < 0.1 * np.ptp(exact.score)
+    if kind == "bert":  # whole layers in float; a layer the model lacks is named in one warning
+        recipe = Int8Recipe(float_ffn_output=False, float_layers=(0, 7), validation_questions=0)
+        layered = ExtractiveReader(str(path), dtype="int8", int8_recipe=recipe, progress=False).load()
+        warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+        assert len(warned) == 1 and "no encoder layer 7" in warned[0], warned
+        floats = layered.model_.info["matmuls_float"]
+        assert layered.model_.info["matmuls_int8_weights"] == 6 + 1
+        assert sum(".layer.0." in n for n in floats) == sum(".layer.1." in n for n in floats) + 6
 
 
 @pytest.mark.slow
@@ -135,6 +147,8 @@ def test_int8_is_asked_for_never_chosen_and_runs_on_the_cpu(tmp_path):
         ExtractiveReader(str(READER), dtype="int8", device="cuda").load()
     with pytest.raises(UserError, match="activation_group_size"):
         ExtractiveReader(str(READER), dtype="int8", int8_recipe=Int8Recipe(activation_group_size=-1)).load()
+    with pytest.raises(UserError, match="float_layers"):
+        ExtractiveReader(str(READER), dtype="int8", int8_recipe=Int8Recipe(float_layers=("0",))).load()
     # recipes are part of the identity: their reads are cached apart
     assert (ExtractiveReader(str(READER), dtype="int8", progress=False).identity()
             != ExtractiveReader(str(READER), dtype="int8", int8_recipe=Int8Recipe(activation_group_size=32)).identity())
@@ -178,7 +192,8 @@ def test_pipeline_run_reads_in_int8_and_says_so_in_its_manifest(tmp_path):
     assert np.mean([a["answer"] == b["answer"] for a, b in zip(p32, p8)]) >= 0.9
     assert abs(m8["reading"]["em"] - m32["reading"]["em"]) <= 0.05
     facts = json.dumps(manifest)
-    assert '"reader_dtype": "int8"' in facts and "int8-openvino-wc-dq-v1" in facts and "identical_percent" in facts
+    assert '"reader_dtype": "int8"' in facts and "int8-openvino-wc-dq-v2" in facts and "identical_percent" in facts
+    assert '"float_ffn_output": true' in facts
     # same read cache directory, and nothing of the float32 run's reads was reused
     assert manifest_value(manifest, "reads_done") == manifest_value(manifest32, "reads_done") > 0
     assert manifest_value(manifest, "reads_reused") == 0
