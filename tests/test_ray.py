@@ -4,8 +4,12 @@ One run with ``rrf:bm25+dense`` and the reader covers every Ray stage: BM25
 search over query blocks (Ray tasks, each with its own JVM), dense corpus
 encoding and reading (Ray Data ``map_batches`` over actor pools).  The local
 reference runs at the same time in a subprocess with its own cache.
+
+Ray is started once for the module, in this process, which already runs a JVM:
+the JVM's SIGSEGV handler is checked to survive that start.
 """
 
+import ctypes
 import json
 import os
 import subprocess
@@ -15,7 +19,6 @@ import zipfile
 import numpy as np
 import pytest
 
-from pipeline.ray_engine import keep_jvm_signal_handlers
 from tests.conftest import DATA, READER, ROOT
 
 ray = pytest.importorskip("ray")
@@ -39,18 +42,56 @@ def flags(data, out):
             "--selector", "top:2", "--depth", "20", "--metrics", "em,f1", "--threads", "1", "--out", str(out)]
 
 
+class _Sigaction(ctypes.Structure):  # glibc's struct sigaction on Linux
+    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", ctypes.c_int),
+                ("restorer", ctypes.c_void_p)]
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p), ("sname", ctypes.c_char_p),
+                ("saddr", ctypes.c_void_p)]
+
+
+def sigsegv_owner() -> str | None:
+    """The shared object whose function handles SIGSEGV in this process now (None off Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None)
+    action, info = _Sigaction(), _DlInfo()
+    libc.sigaction(11, None, ctypes.byref(action))
+    libc.dladdr(ctypes.c_void_p(action.handler), ctypes.byref(info))
+    return os.path.basename((info.fname or b"?").decode())
+
+
 @pytest.fixture(scope="module")
 def local_ray(tmp_path_factory):
-    """``ray.init(num_cpus=2)``; its workers inherit a fresh cache dir and the test knobs."""
+    """A local Ray instance (2 CPUs) started in this process as ``pipeline.run --engine ray`` starts it
+    (``RayEngine.start``), with the JVM already running and Ray's failure-signal handler switched on, as in a
+    fresh process that imported ``ray`` before the JVM (this module imports it first).  Its workers inherit a
+    fresh cache dir and the test knobs.  Yields the cache and the owner of the SIGSEGV handler before and after
+    the start."""
+    from ray._private import ray_constants
+
+    from pipeline.ray_engine import RayEngine
+    from retrievers.java import import_pyserini_lucene
+
     cache = tmp_path_factory.mktemp("ray-cache")
-    saved = {k: os.environ.get(k) for k in ("QA_CACHE_DIR", "QA_SHARD_ROWS")}
+    names = ("QA_CACHE_DIR", "QA_SHARD_ROWS", "RAY_DISABLE_FAILURE_SIGNAL_HANDLER")
+    saved = {k: os.environ.get(k) for k in names}
+    saved_switch = ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER
     os.environ.update(QA_CACHE_DIR=str(cache), QA_SHARD_ROWS=SHARD_ROWS)
-    keep_jvm_signal_handlers()  # this process already runs a JVM (earlier BM25 tests)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    os.environ.pop("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", None)  # Ray's default: its handler on (an earlier test
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = False  # in this process may have switched it off)
+    import_pyserini_lucene()  # this process runs a JVM (earlier BM25 tests already started it)
+    before = sigsegv_owner()
+    assert not ray.is_initialized()
+    RayEngine(actors=2).start()
+    after = sigsegv_owner()
     try:
-        yield cache
+        yield cache, (before, after)
     finally:
         ray.shutdown()
+        ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = saved_switch
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -58,44 +99,14 @@ def local_ray(tmp_path_factory):
                 os.environ[k] = v
 
 
-SIGSEGV_OWNER = """
-import ctypes, os, sys
-libc = ctypes.CDLL(None)
-class Sigaction(ctypes.Structure):  # glibc's struct sigaction on Linux
-    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
-class DlInfo(ctypes.Structure):
-    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p), ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
-def owner():
-    action, info = Sigaction(), DlInfo()
-    libc.sigaction(11, None, ctypes.byref(action))
-    libc.dladdr(ctypes.c_void_p(action.handler), ctypes.byref(info))
-    return os.path.basename((info.fname or b"?").decode())
-import ray  # imported before the JVM, as a test module or a notebook would
-from retrievers.java import import_pyserini_lucene
-from pipeline.ray_engine import RayEngine
-import_pyserini_lucene()
-before = owner()
-engine = RayEngine(actors=1)
-engine.start()
-after = owner()
-engine.close()
-print(before, after)
-"""
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads glibc's sigaction")
-@pytest.mark.slow
-def test_starting_ray_leaves_the_jvms_sigsegv_handler_in_place(tmp_path):
+def test_starting_ray_leaves_the_jvms_sigsegv_handler_in_place(local_ray):
     """A Ray driver that already runs a JVM keeps the JVM's SIGSEGV handler.
 
     Without it the JVM's deliberate SIGSEGVs hit Ray's failure handler and the
     process dies at random ("Fatal Python error: Segmentation fault").
     """
-    env = dict(os.environ, QA_CACHE_DIR=str(tmp_path))
-    env.pop("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", None)
-    done = subprocess.run([sys.executable, "-c", SIGSEGV_OWNER], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    before, after = done.stdout.split()[-2:]
+    _, (before, after) = local_ray
     assert before == after == "libjvm.so"
 
 
