@@ -303,8 +303,9 @@ def _validate(model: Int8Model, torch_model, read_answers, validation, golds, re
     from eval.answer_metrics import exact_match, f1
 
     if not validation:
-        print(f"note: int8 reader of '{label}': no SQuAD train file under $QA_DATA_DIR, so its answers were not "
-              f"compared with float32's", file=sys.stderr)
+        if recipe.validation_questions:  # asked for, but there is no train file to draw it from
+            print(f"note: int8 reader of '{label}': no SQuAD train file under $QA_DATA_DIR, so its answers were not "
+                  f"compared with float32's", file=sys.stderr)
         return {"questions": 0}
     reference = read_answers(torch_model, validation)
     answers = read_answers(model, validation)
