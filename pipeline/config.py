@@ -207,7 +207,7 @@ class ReaderConfig(Section):
                                           " (default: 1024 on the CPU, none on CUDA)", volatile=True, ge=1)
     dtype: ReaderDtype = setting("auto", "--reader-dtype", "reader precision: auto (bf16/fp16 autocast on CUDA; on the CPU"
                                  " bf16 where it has native bf16, else float32), float32, bfloat16, float16, int8 (CPU: the checkpoint"
-                                 " quantized once, calibrated on SQuAD train, cached; only when asked)")
+                                 " quantized once and cached, its answers checked against float32 on SQuAD train; only when asked)")
     mu: float = setting(1.0, "--mu", "BERTserini interpolation: (1-mu)*retriever + mu*reader")
     read_cache: Optional[str] = setting(None, "--read-cache", "directory of cached reads (default: <out>/reads)", volatile=True)
 
