@@ -54,9 +54,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-DEFAULT_MODEL = ROOT.parent / "shared" / "models" / "minilm-squad-reader"
 DEFAULT_VENV = ROOT / ".venv-bench"
-from reader_vs_pipeline import ChildProcess, _reply  # noqa: E402  (bench/ is on the path: both sides import it)
+from reader_vs_pipeline import ChildProcess, _reply, add_reading_arguments  # noqa: E402  (bench/ is on the path: both sides import it)
 
 PEER_LABELS = {"torch": "HF pipeline", "ort-int8": "Optimum ORT int8", "ort-int8-per-channel": "Optimum ORT int8 per-channel"}
 
@@ -200,13 +199,7 @@ def our_sides(args, threads, settings):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="QA checkpoint directory (every side)")
-    parser.add_argument("--limit", type=int, default=2000, help="SQuAD dev questions, spread evenly")
-    parser.add_argument("--blocks", type=int, default=4, help="timed blocks; every side reads each block")
-    parser.add_argument("--max-length", type=int, default=384)
-    parser.add_argument("--stride", type=int, default=128)
-    parser.add_argument("--max-answer-tokens", type=int, default=30)
-    parser.add_argument("--max-question-tokens", type=int, default=64)
+    add_reading_arguments(parser, limit=2000, blocks=4)
     parser.add_argument("--peer-batch-sizes", default="1,8", help="the pipelines' batch_size values; each peer's best is kept")
     parser.add_argument("--peers", default="torch,ort-int8,ort-int8-per-channel",
                         help="peers in the bench venv (comma-separated; '' for none)")

@@ -125,15 +125,20 @@ def load_squad_dev(data_dir: Path, limit: int):
     return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="QA checkpoint directory (both sides)")
-    parser.add_argument("--limit", type=int, default=1000, help="SQuAD dev questions, spread evenly")
-    parser.add_argument("--blocks", type=int, default=8, help="alternating timed blocks per side")
+def add_reading_arguments(parser: argparse.ArgumentParser, *, limit: int, blocks: int) -> None:
+    """The arguments every side of a reading bench shares: checkpoint, questions, timed blocks, windows, spans."""
+    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="QA checkpoint directory (every side)")
+    parser.add_argument("--limit", type=int, default=limit, help="SQuAD dev questions, spread evenly")
+    parser.add_argument("--blocks", type=int, default=blocks, help="timed blocks; every side reads each block")
     parser.add_argument("--max-length", type=int, default=384)
     parser.add_argument("--stride", type=int, default=128)
     parser.add_argument("--max-answer-tokens", type=int, default=30)
     parser.add_argument("--max-question-tokens", type=int, default=64)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_reading_arguments(parser, limit=1000, blocks=8)
     parser.add_argument("--batch-size", type=int, default=None, help="our windows per forward pass (default: the reader's, by device)")
     parser.add_argument("--max-batch-tokens", type=int, default=None, help="our cap on windows x length per pass (default: the reader's)")
     parser.add_argument("--dtype", default="auto", help="our dtype: auto (float32 on CPU), float32, bfloat16, float16")
