@@ -100,6 +100,7 @@ def local_ray(tmp_path_factory):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads glibc's sigaction")
+@pytest.mark.slow  # it needs the module's Ray start
 def test_starting_ray_leaves_the_jvms_sigsegv_handler_in_place(local_ray):
     """A Ray driver that already runs a JVM keeps the JVM's SIGSEGV handler.
 
