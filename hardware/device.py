@@ -50,6 +50,25 @@ def resolve_device(device: str = "auto") -> str:
 
 
 # ------------------------------------------------------------ out of memory
+def attention_kernels(device: str):
+    """Context for a model's forward passes on ``device``: on CUDA, attention without cuDNN's kernel.
+
+    PyTorch picks cuDNN's fused attention for bf16/fp16 on Hopper GPUs; it builds an execution
+    plan on the CPU for every new input shape (about 5 ms each, measured on an H200 with torch 2.11),
+    and our length-sorted batches have many shapes, so a pass spent most of its CPU time there while
+    the GPU waited. Flash and memory-efficient attention need no plan. Elsewhere: no change.
+    """
+    import contextlib
+
+    if not str(device).startswith("cuda"):
+        return contextlib.nullcontext()
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # torch without the backend selector: its default
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
 def is_out_of_memory(err: BaseException) -> bool:
     """True for a CUDA (or other accelerator) out-of-memory error."""
     try:

@@ -33,7 +33,7 @@ import numpy as np
 import hardware
 from data.errors import UserError
 from data.io import atomic_path, cache_dir, sha256_text, warn
-from hardware.device import auto_device, is_device_name
+from hardware.device import attention_kernels, auto_device, is_device_name
 from readers.spans import best_spans, context_mask
 
 ALIASES: dict[str, str] = {
@@ -628,7 +628,8 @@ class ExtractiveReader:
                 span = _padded_span(int(lengths[rows].max()), multiple, width)
                 col0 = width - span if pad_left else 0  # the batch's columns: [col0, col0 + span)
                 inputs = {k: torch.from_numpy(v[rows, col0 : col0 + span]).to(device) for k, v in model_inputs.items()}
-                with torch.autocast(device_type=device.split(":")[0], dtype=amp_dtype, enabled=use_autocast):
+                with attention_kernels(device), torch.autocast(device_type=device.split(":")[0], dtype=amp_dtype,
+                                                               enabled=use_autocast):
                     out = self.model_(**inputs)
                 s, i, j = best_spans(
                     out.start_logits.float(),

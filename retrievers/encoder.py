@@ -25,6 +25,7 @@ from data.progress import tqdm  # a line every 30 s when stderr is not a termina
 from data.errors import UserError
 # device names and out-of-memory recovery live in hardware.device; kept importable from here
 from hardware.device import (  # noqa: F401
+    attention_kernels,
     is_out_of_memory,
     release_accelerator_memory,
     resolve_device,
@@ -157,7 +158,7 @@ def encode_texts(
             feats = {k: v.to(device) for k, v in feats.items()}
             if prompt_length is not None:
                 feats["prompt_length"] = prompt_length
-            with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
+            with attention_kernels(str(device)), torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
                 emb = model(feats)["sentence_embedding"]
             emb = emb.float()
             if normalize:
