@@ -21,7 +21,7 @@ from hypothesis.extra.numpy import arrays
 
 from data.errors import UserError
 from readers.aggregate import choose_passage, choose_passage_every_n, passage_scores
-from readers.extractive import ExtractiveReader, ReadCache
+from readers.extractive import ExtractiveReader, ReadCache, padded_windows
 from readers.spans import best_spans, context_mask
 
 DATA = Path(os.environ.get("QA_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -109,6 +109,38 @@ def test_batching_with_dynamic_padding_does_not_change_reads(squad_dev, reader):
     assert len({len(r[1]) for r in rows}) > 1
     assert single.text == batched.text
     np.testing.assert_allclose(single.score, batched.score, atol=1e-3)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("types", [True, False])
+def test_padded_windows_equal_the_tokenizers_own_padding(squad_dev, side, types):
+    """Our fill of the windows gives what ``padding="longest", return_tensors="np"`` gives, on either side."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(READER))
+    tok.padding_side = side
+    if not types:  # RoBERTa-like: no segment ids among the model's inputs
+        tok.model_input_names = ["input_ids", "attention_mask"]
+    rows, others = squad_dev
+    questions = [q for q, _, _ in rows[:12]] + ["What?", "Where is it?"]
+    passages = [p for _, p, _ in rows[:12]] + ["", " ".join(others)]  # an empty passage, a long one (several windows)
+    args = dict(truncation="only_second", max_length=96, stride=32, return_overflowing_tokens=True,
+                return_offsets_mapping=True)
+    ref = tok(questions, passages, padding="longest", return_tensors="np", **args)
+    enc = tok(questions, passages, **args)
+    inputs, offsets, ctx_lo, ctx_hi = padded_windows(tok, enc, 1, side == "left")
+    assert sorted(inputs) == sorted(k for k in ("input_ids", "attention_mask", "token_type_ids") if k in ref)
+    for key, value in inputs.items():
+        np.testing.assert_array_equal(value, ref[key], err_msg=key)
+    np.testing.assert_array_equal(offsets, ref["offset_mapping"])
+    assert len(ref["input_ids"]) > len(questions)  # the long passage was windowed
+    for w in range(len(ref["input_ids"])):
+        seq = ref.sequence_ids(w)
+        passage = [i for i, sid in enumerate(seq) if sid == 1]
+        if passage:
+            assert (ctx_lo[w], ctx_hi[w]) == (passage[0], passage[-1])
+        else:  # the empty passage: no passage token
+            assert ctx_hi[w] < ctx_lo[w]
 
 
 def test_empty_passages_get_no_span(squad_dev, reader):
