@@ -76,6 +76,17 @@ def plot_curves(
     return save_figure(fig, stem)
 
 
+COST_MARKERS = {"threshold": "D", "ordinal": "s", "gap": "^", "rlt": "v", "confidence": "P", "oracle": "*"}
+
+
+def _theta(system: str) -> float:
+    """A threshold system's theta (``threshold:0.6,20`` -> 0.6), for ordering its shades."""
+    try:
+        return float(system.split(":", 1)[1].split(",", 1)[0])
+    except (IndexError, ValueError):
+        return 0.0
+
+
 def plot_cost(rows: Sequence[dict], stem: str | Path, *, title: str = "") -> list[str]:
     """EM (%) against mean passages read, one panel per corpus size: fixed n as a curve, every other system as a
     labelled point, the Pareto front (oracle left out) as a dashed step line.  ``rows``: cost.csv rows with
@@ -89,8 +100,12 @@ def plot_cost(rows: Sequence[dict], stem: str | Path, *, title: str = "") -> lis
     cols = min(len(sizes), 3)
     grid = -(-len(sizes) // cols)
     fig, axes = plt.subplots(grid, cols, figsize=(4.2 * cols, 3.4 * grid + 0.6), dpi=110, layout="constrained", squeeze=False)
-    others = sorted({r["system"] for r in rows if r["family"] not in ("top",)})
-    colors = dict(zip(others, plt.get_cmap("tab10")(np.arange(len(others)) % 10)))
+    # the thresholds as one family of diamonds shaded along theta; every other selector its own marker and colour
+    thresholds = sorted({r["system"] for r in rows if r["family"] == "threshold"}, key=_theta)
+    others = sorted({r["system"] for r in rows if r["family"] not in ("top", "threshold")})
+    colors = dict(zip(thresholds, plt.get_cmap("viridis")(np.linspace(0.05, 0.85, max(len(thresholds), 1)))))
+    colors.update(zip(others, plt.get_cmap("tab10")(np.arange(len(others)) % 10)))
+    marker_of = {r["system"]: COST_MARKERS.get(r["family"], "X") for r in rows}
     for ax, size in zip(axes.flat, sizes):
         rs = [r for r in rows if int(r["corpus_size"]) == size]
         fixed = sorted((r for r in rs if r["family"] == "top"), key=lambda r: float(r["mean_passages"]))
@@ -103,8 +118,8 @@ def plot_cost(rows: Sequence[dict], stem: str | Path, *, title: str = "") -> lis
         for r in rs:
             if r["family"] == "top":
                 continue
-            ax.plot(float(r["mean_passages"]), float(r["em"]), "D" if r["family"] != "oracle" else "*", color=colors[r["system"]],
-                    markersize=5, label=r["system"], linestyle="none")
+            ax.plot(float(r["mean_passages"]), float(r["em"]), marker_of[r["system"]], color=colors[r["system"]],
+                    markersize=6 if r["family"] != "threshold" else 5, label=r["system"], linestyle="none")
         ax.set_title(f"corpus size {size:,}", fontsize=9)
         ax.set_xlabel("mean passages read per question")
         ax.set_ylabel("exact match (%)")
