@@ -285,8 +285,8 @@ EXPECTED_FULL_SWEEP_ALL_EVERY100 = {
 }
 
 
-# docs/selectors.md's sweep (every 50th question, --selector gap:20 ...) at all 20,963 paragraphs, on its every
-# other question (the 106 above): (EM %, F1 %, mean passages read) from its saved per-question values
+# docs/selectors.md's sweep (all 10,570 questions, --selector gap:20 ... --out runs/sweeps/full-adaptive) at all
+# 20,963 paragraphs, on the 106 questions above: (EM %, F1 %, mean passages read) from its saved per-question values
 EXPECTED_ADAPTIVE_SWEEP_ALL_EVERY100 = {
     "gap:20,5": (46.2264, 53.8423, 6.7642),
     "threshold:0.55,20": (55.6604, 63.0365, 1.7736),
