@@ -143,7 +143,7 @@ def save_figure(fig, stem: str | Path) -> list[str]:
     written = []
     stem = Path(stem)
     for ext in ("png", "svg"):
-        path = stem.with_suffix(f".{ext}")
+        path = stem.parent / f"{stem.name}.{ext}"  # not with_suffix: a stem like "mu0.5_em" keeps its whole name
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=ext)
         written.append(str(path))
