@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: CUDA tests, then one table of reader / encoder / FAISS / main-job figures (bench/gpu_check.py).
 #
-#   bash bench/gpu_check.sh                 # on a GPU machine (about 5-8 minutes, no network)
+#   bash bench/gpu_check.sh                 # on a GPU machine (about 3 minutes on an H200, no network)
 #   bash bench/gpu_check.sh --device cpu    # CI-sized, on any machine (about 1-2 minutes)
 #
 # Missing Python packages: put wheels in bench/wheels/ (e.g. `pip download -d bench/wheels --no-deps
