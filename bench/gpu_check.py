@@ -66,6 +66,19 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def timed_passes(device: str, fn):
+    """((first, second) seconds, result) of two runs of ``fn``: the first pays one-off costs (kernel loading,
+    per-shape set-up), the second is what a long run sees."""
+    secs = []
+    for _ in range(2):
+        sync(device)
+        t0 = time.perf_counter()
+        out = fn()
+        sync(device)
+        secs.append(time.perf_counter() - t0)
+    return tuple(secs), out
+
+
 def reader_rows(device: str, items, dtypes, pipeline_python: str | None, pipeline_batches):
     from readers.extractive import ExtractiveReader
 
@@ -74,18 +87,10 @@ def reader_rows(device: str, items, dtypes, pipeline_python: str | None, pipelin
     for dtype in dtypes:
         try:
             reader = ExtractiveReader(str(READER), device=device, dtype=dtype, progress=False).load()
-            # two timed passes: the first pays one-off costs (kernel loading, per-shape set-up), the second is
-            # what a long run sees
-            secs = []
-            for _ in range(2):
-                sync(device)
-                t0 = time.perf_counter()
-                reads = reader.read_pairs(qs, ps)
-                sync(device)
-                secs.append(time.perf_counter() - t0)
+            (first, sec), reads = timed_passes(device, lambda: reader.read_pairs(qs, ps))
             em, f = score(reads.text, items)
-            rows.append((f"reader ours {dtype}", f"{len(qs) / secs[1]:.1f} passages/s",
-                         f"EM {em:.2f} F1 {f:.2f}; first pass {len(qs) / secs[0]:.1f}/s"))
+            rows.append((f"reader ours {dtype}", f"{len(qs) / sec:.1f} passages/s",
+                         f"EM {em:.2f} F1 {f:.2f}; first pass {len(qs) / first:.1f}/s"))
         except Exception as err:  # noqa: BLE001 - a stage that cannot run says why
             rows.append((f"reader ours {dtype}", "skipped", f"{type(err).__name__}: {str(err)[:80]}"))
     if pipeline_python is None:
@@ -136,16 +141,9 @@ def encoder_rows(device: str, n: int):
         return [("encoder", "skipped", f"{type(err).__name__}: {str(err)[:80]}")]
     items = squad_items(Path(os.environ["QA_DATA_DIR"]), n)
     texts = [s for _, c, _ in items for s in c.split(". ")][:n]
-    def timed(fn):  # the second of two passes (the first pays one-off costs), and its result
-        for _ in range(2):
-            sync(device)
-            t0 = time.perf_counter()
-            out = fn()
-            sync(device)
-        return time.perf_counter() - t0, out
-
-    t_ours, ours = timed(lambda: encode_texts(model, texts, show_progress=False))
-    t_ref, ref = timed(lambda: model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True))
+    (_, t_ours), ours = timed_passes(device, lambda: encode_texts(model, texts, show_progress=False))
+    (_, t_ref), ref = timed_passes(device, lambda: model.encode(texts, batch_size=64, normalize_embeddings=True,
+                                                                convert_to_numpy=True))
     diff = float(np.abs(ours - ref).max())
     return [("encoder ours (token budget)", f"{len(texts) / t_ours:.1f} sentences/s", f"max |diff| vs ST {diff:.1e}"),
             ("encoder SentenceTransformer b64", f"{len(texts) / t_ref:.1f} sentences/s", f"ours / ST {t_ref / t_ours:.2f}x")]

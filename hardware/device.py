@@ -8,6 +8,8 @@ same way.  torch is imported only inside the functions.
 
 from __future__ import annotations
 
+import contextlib
+
 from data.errors import UserError
 
 _OOM_WARNED: set[str] = set()
@@ -58,8 +60,6 @@ def attention_kernels(device: str):
     and our length-sorted batches have many shapes, so a pass spent most of its CPU time there while
     the GPU waited. Flash and memory-efficient attention need no plan. Elsewhere: no change.
     """
-    import contextlib
-
     if not str(device).startswith("cuda"):
         return contextlib.nullcontext()
     try:
