@@ -14,8 +14,9 @@ on a cache directory of its own (nothing is reused from earlier runs):
 2. ``index``: build the BM25 index (``retrievers.bm25``; timed after the
    in-process JVM started and our batch helper was compiled -- once per
    install -- as Pyserini's side is timed after its JVM started);
-3. ``retrieve``: search ``--questions`` (2,000) questions at ``--depth`` (1000)
-   and decide DPR has-answer over every retrieved passage (top-k accuracy);
+3. ``retrieve``: search ``--questions`` (2,000) questions at each of ``--depths``
+   (1000; e.g. ``100,1000``: each timed on its own) and decide DPR has-answer
+   over every passage retrieved at the deepest (top-k accuracy);
 4. ``read``: read the top 5 passages of ``--read-questions`` (500) questions
    with the extractive reader (``../shared/models/minilm-squad-reader``).
 
@@ -24,7 +25,13 @@ on a cache directory of its own (nothing is reused from earlier runs):
    the same passages as JsonCollection JSONL shards (``title\ntext``, as our
    store indexes them; converted from the TSV once, untimed: Pyserini cannot
    read the TSV), against our store + index from the TSV -- the goal
-   "corpus store + index at >= 0.9x the docs/s of Pyserini's own indexer".
+   "corpus store + index at >= 0.9x the docs/s of Pyserini's own indexer";
+   and search: bare Pyserini ``LuceneSearcher.batch_search`` (BM25 0.9/0.4, all
+   threads, a 4 GB heap as in ``bench/retrieval_scale.py``) against our
+   ``BM25Retriever.search`` on our index, at each depth, on the first
+   ``--bare-questions`` (500) questions, each side in its own process after a
+   50-question warm-up: q/s, peak RSS, and whether the rankings (ids, scores,
+   order) are identical.
 
 It prints a table (seconds, peak RSS, growth ratio per 10x of N), disk use,
 and an extrapolation to DPR's 21,015,324 passages from the measured growth
@@ -68,9 +75,12 @@ SEED = 12
 
 # ------------------------------------------------------------------ corpus
 def parse_size(text: str) -> int:
+    """A corpus size: a count with an optional k/M suffix, or ``dpr`` (DPR's 21,015,324 Wikipedia passages)."""
+    if text.strip().lower() == "dpr":
+        return DPR_PASSAGES
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmM]?)", text.strip())
     if not m:
-        raise SystemExit(f"error: --sizes {text!r}: expected counts like 10k,100k,1M")
+        raise SystemExit(f"error: --sizes {text!r}: expected counts like 10k,100k,1M or dpr")
     return int(round(float(m.group(1)) * {"": 1, "k": 1_000, "m": 1_000_000}[m.group(2).lower()]))
 
 
@@ -176,7 +186,8 @@ def write_questions(path: Path, data_dir: Path, count: int) -> None:
 
 
 # ------------------------------------------------------------------ stages
-def child(stage: str, tsv: str, qa: str, depth: int, questions: int, read_questions: int, reader: str, threads: int) -> dict:
+def child(stage: str, tsv: str, qa: str, depths: list[int], questions: int, read_questions: int, reader: str,
+          threads: int) -> dict:
     """One stage in this (child) process; returns its internal timings."""
     from pipeline import stages
 
@@ -184,6 +195,8 @@ def child(stage: str, tsv: str, qa: str, depth: int, questions: int, read_questi
         return _read(reader, threads)
     if stage == "pyserini":
         return _pyserini_index(tsv, threads)
+    if stage == "bare-search":
+        return _bare_search(qa, depths[0], questions, threads)
     from data.registry import load_dataset
 
     t0 = time.perf_counter()
@@ -205,13 +218,22 @@ def child(stage: str, tsv: str, qa: str, depth: int, questions: int, read_questi
     info["index_s"] = round(time.perf_counter() - t0, 3)
     if stage == "index":
         return info
+    if stage == "ours-search":
+        def search(texts: list[str], depth: int):
+            ranking = retriever.search(texts, depth)
+            return ranking.ids, ranking.scores
+
+        return {**info, **_timed_search(search, qa, depths[0], questions, "ours")}
     if stage == "retrieve":
         from data.types import limit_queries
 
         ds = limit_queries(ds, questions)
-        t0 = time.perf_counter()
-        ranking = retriever.search(ds.queries.texts, depth)
-        info["search_s"] = round(time.perf_counter() - t0, 3)
+        info["search_s_at"] = {}
+        for depth in sorted(depths):  # the deepest last: its ranking is judged and read
+            t0 = time.perf_counter()
+            ranking = retriever.search(ds.queries.texts, depth)
+            info["search_s_at"][str(depth)] = round(time.perf_counter() - t0, 3)
+        info["search_s"] = info["search_s_at"][str(max(depths))]
         t0 = time.perf_counter()
         stages.resolve_open_gold(ds.queries, ds.corpus, ranking)
         info["has_answer_s"] = round(time.perf_counter() - t0, 3)
@@ -226,6 +248,56 @@ def child(stage: str, tsv: str, qa: str, depth: int, questions: int, read_questi
                                                       "keys": top.keys, "scores": top.retriever_scores})
         return info
     raise ValueError(stage)
+
+
+WARMUP = 50  # questions searched before the clock on each side of the search comparison
+
+
+def _qa_questions(qa: str, count: int) -> list[str]:
+    with open(qa, encoding="utf-8") as f:
+        return [line.split("\t", 1)[0] for line in f][:count]
+
+
+def _timed_search(search, qa: str, k: int, count: int, side: str) -> dict:
+    """Search the first ``count`` questions of ``qa`` at depth ``k`` after a warm-up; their [Q, k] rows and scores
+    are saved under the cache for the identity check."""
+    from data.io import cache_dir
+
+    qs = _qa_questions(qa, count)
+    search(qs[:WARMUP], k)
+    t0 = time.perf_counter()
+    ids, scores = search(qs, k)
+    seconds = time.perf_counter() - t0
+    np.save(cache_dir() / f"{side}-{k}.ids.npy", ids)
+    np.save(cache_dir() / f"{side}-{k}.scores.npy", scores)
+    return {"search_s": round(seconds, 3), "questions": len(qs), "k": k}
+
+
+def _bare_search(qa: str, k: int, count: int, threads: int) -> dict:
+    """Bare Pyserini: ``LuceneSearcher.batch_search`` on our index (its docids are our rows)."""
+    from bench.retrieval_scale import BARE_HEAP
+    from data.io import cache_dir
+
+    os.environ["QA_JAVA_XMX"] = BARE_HEAP
+    from retrievers.java import import_pyserini_lucene
+
+    index = next((cache_dir() / "bm25").glob("*/_COMPLETE")).parent
+    searcher = import_pyserini_lucene()[0].LuceneSearcher(str(index))
+    searcher.set_bm25(0.9, 0.4)
+
+    def search(texts: list[str], depth: int):
+        qids = [str(i) for i in range(len(texts))]
+        hits = searcher.batch_search(texts, qids, k=depth, threads=threads)
+        ids = np.full((len(texts), depth), -1, np.int64)
+        scores = np.full((len(texts), depth), -np.inf, np.float32)
+        for q in qids:
+            hs = hits[q]
+            if len(hs):
+                ids[int(q), : len(hs)] = [int(h.docid) for h in hs]
+                scores[int(q), : len(hs)] = [h.score for h in hs]
+        return ids, scores
+
+    return {**_timed_search(search, qa, k, count, "bare"), "torch": "torch" in sys.modules}
 
 
 def _read(reader: str, threads: int) -> dict:
@@ -243,11 +315,18 @@ def _read(reader: str, threads: int) -> dict:
     return {"read_s": round(time.perf_counter() - t0, 3), "pairs": int(reads.n_read), "questions": len(saved["questions"])}
 
 
-def run_stage(stage: str, cache: Path, args, tsv: Path, qa: Path) -> dict:
+class StageFailed(SystemExit):
+    """A stage's process failed (its stderr went to ours)."""
+
+
+def run_stage(stage: str, cache: Path, args, tsv: Path, qa: Path, depths: list[int] | None = None,
+              questions: int | None = None) -> dict:
     """Run ``stage`` in a subprocess; wall seconds, peak RSS (MiB) and the child's own report."""
     env = dict(os.environ, QA_CACHE_DIR=str(cache), TOKENIZERS_PARALLELISM="false")
+    depths = depths or args.depth_list
     cmd = [sys.executable, "-m", "bench.scale", "--child", stage, "--tsv", str(tsv), "--qa", str(qa),
-           "--depth", str(args.depth), "--questions", str(args.questions), "--read-questions", str(args.read_questions),
+           "--depths", ",".join(map(str, depths)), "--questions", str(questions or args.questions),
+           "--read-questions", str(args.read_questions),
            "--reader", str(args.reader), "--threads", str(args.threads)]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
@@ -256,7 +335,7 @@ def run_stage(stage: str, cache: Path, args, tsv: Path, qa: Path) -> dict:
     proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise SystemExit(f"error: stage {stage} failed (exit {proc.returncode}); command: {' '.join(cmd)}")
+        raise StageFailed(f"error: stage {stage} failed (exit {proc.returncode}); command: {' '.join(cmd)}")
     report = json.loads(out.strip().splitlines()[-1])
     return {"stage": stage, "wall_s": round(wall, 3), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), **report}
 
@@ -293,6 +372,27 @@ def build_pairs(runs: dict) -> list[tuple[float, float]]:
     return [first] + [tuple(p) for p in runs.get("build_repeats", [])]
 
 
+def search_table(results: dict, sizes: list[int]) -> list[str]:
+    """Our search against bare Pyserini ``batch_search`` on the same index (the runs that have the comparison)."""
+    rows = []
+    for n in sizes:
+        for k, got in sorted(results["runs"][str(n)].get("search", {}).items(), key=lambda kv: int(kv[0])):
+            if "error" in got:
+                rows.append(f"| {n:,} | {k} | – | – | failed | – | – | – | – | – |")
+                continue
+            ours, bare = got["ours"], got["bare"]
+            q = ours["questions"]
+            rows.append(f"| {n:,} | {k} | {q:,} | {q / ours['search_s']:,.1f} | {q / bare['search_s']:,.1f} | "
+                        f"{bare['search_s'] / ours['search_s']:.2f} | {ours['peak_rss_mib']:,.0f} | {bare['peak_rss_mib']:,.0f} | "
+                        f"{ours['peak_rss_mib'] / bare['peak_rss_mib']:.2f} | {'yes' if got['identical'] else 'NO'} |")
+    if not rows:
+        return []
+    return ["", f"Search on our index: our `BM25Retriever.search` vs bare Pyserini `LuceneSearcher.batch_search` (each in its "
+            f"own process, after a {WARMUP}-question warm-up; peak RSS of the whole process; identical = ids, scores and order):", "",
+            "| N | k | questions | ours q/s | bare q/s | speed-up | ours RSS MiB | bare RSS MiB | RSS ratio | identical |",
+            "|---|---|---|---|---|---|---|---|---|---|", *rows]
+
+
 def report(results: dict, sizes: list[int], threads: int) -> str:
     lines = [f"Scale benchmark (`python -m bench.scale`), {threads} threads; questions: retrieve "
              f"{results['args']['questions']} at depth {results['args']['depth']}, read top 5 of {results['args']['read_questions']}", ""]
@@ -307,12 +407,22 @@ def report(results: dict, sizes: list[int], threads: int) -> str:
         g_m, m_full = extrapolate(sizes, rss, DPR_PASSAGES)
         extra[stage] = (t_full, m_full)
         lines.append(f"| {stage} | " + " | ".join(f"{s:.1f}" for s in secs) + f" | {g_t:.2f} | " + " | ".join(f"{m:.0f}" for m in rss) + f" | {g_m:.2f} |")
+    depths = results["args"].get("depths") or [results["args"]["depth"]]
+    if len(depths) > 1:
+        lines += ["", "Retrieval alone (seconds of `search` at each depth, all questions; the deepest is judged):", "",
+                  "| N | " + " | ".join(f"depth {d} s" for d in depths) + " |", "|---|" + "---|" * len(depths)]
+        for n in sizes:
+            at = results["runs"][str(n)]["retrieve"].get("search_s_at", {})
+            lines.append(f"| {n:,} | " + " | ".join(f"{at[str(d)]:.1f}" if str(d) in at else "–" for d in depths) + " |")
     disk = [results["runs"][str(n)]["disk"] for n in sizes]
-    lines += ["", "| N | store (MiB) | BM25 index (MiB) | passages/s (store) | top-20 / top-100 accuracy |", "|---|---|---|---|---|"]
+    lines += ["", "| N | TSV (MiB) | store (MiB) | BM25 index (MiB) | (store + index) / TSV | passages/s (store) | "
+              "top-20 / top-100 accuracy |", "|---|---|---|---|---|---|---|"]
     for n, d in zip(sizes, disk):
         r = results["runs"][str(n)]
         acc = r["retrieve"].get("dpr", {})
-        lines.append(f"| {n:,} | {d['store'] / 2**20:.0f} | {d['bm25'] / 2**20:.0f} | {r['store'].get('passages_per_s') or 0:,.0f} |"
+        tsv = d.get("tsv") or float("nan")
+        lines.append(f"| {n:,} | {tsv / 2**20:,.0f} | {d['store'] / 2**20:,.0f} | {d['bm25'] / 2**20:,.0f} | "
+                     f"{(d['store'] + d['bm25']) / tsv:.2f} | {r['store'].get('passages_per_s') or 0:,.0f} |"
                      f" {acc.get('Top20', float('nan')):.4f} / {acc.get('Top100', float('nan')):.4f} |")
     if all("pyserini" in results["runs"][str(n)] for n in sizes):
         lines += ["", "Building from the file: our corpus store + BM25 index from the TSV vs Pyserini's own indexer "
@@ -328,10 +438,21 @@ def report(results: dict, sizes: list[int], threads: int) -> str:
         if any(len(build_pairs(results["runs"][str(n)])) > 1 for n in sizes):
             lines += ["", "Seconds are medians of alternating runs (`--repeat`); the ratio is the medians', with the lowest "
                       "and highest ratio of a run pair."]
+    lines += search_table(results, sizes)
     per_passage = (disk[-1]["store"] + disk[-1]["bm25"]) / sizes[-1]
-    lines += ["", f"Extrapolation to {DPR_PASSAGES:,} passages (power law through the two largest sizes, time at least linear"
-              " in N for store, index and retrieve; disk linear):", "",
-              "| stage | hours, 2 cores | hours, 16 cores | peak RSS GiB |", "|---|---|---|---|"]
+    measured = sizes[-1] == DPR_PASSAGES
+    if all("wall_s" in results["runs"][str(n)][st] for n in sizes for st in STAGES):
+        walls = [sum(results["runs"][str(n)][st]["wall_s"] for st in STAGES) for n in sizes]
+        lines += ["", "Whole run (the four stages' wall seconds, each a fresh process that opens what the stage before "
+                  "built): " + ", ".join(f"N={n:,}: {w / 60:.1f} min" for n, w in zip(sizes, walls))]
+    if measured:
+        lines += ["", f"At {DPR_PASSAGES:,} passages (DPR's Wikipedia count), measured on {threads} cores; the 16-core "
+                  "column is an estimate (see below):", "",
+                  "| stage | hours, 2 cores | hours, 16 cores (estimate) | peak RSS GiB |", "|---|---|---|---|"]
+    else:
+        lines += ["", f"Extrapolation to {DPR_PASSAGES:,} passages (power law through the two largest sizes, time at least linear"
+                  " in N for store, index and retrieve; disk linear):", "",
+                  "| stage | hours, 2 cores | hours, 16 cores | peak RSS GiB |", "|---|---|---|---|"]
     total2 = total16 = 0.0
     for stage in STAGES:
         t, m = extra[stage]
@@ -340,7 +461,8 @@ def report(results: dict, sizes: list[int], threads: int) -> str:
         total2, total16 = total2 + h2, total16 + h16
         lines.append(f"| {stage} | {h2:.2f} | {h16:.2f} | {m / 1024:.1f} |")
     lines += [f"| all | {total2:.2f} | {total16:.2f} | |", "",
-              f"Disk at {DPR_PASSAGES:,} passages: about {per_passage * DPR_PASSAGES / 2**30:.0f} GiB (store + index), plus the TSV itself.",
+              f"Disk at {DPR_PASSAGES:,} passages: {'' if measured else 'about '}{per_passage * DPR_PASSAGES / 2**30:.1f} GiB "
+              "(store + index), plus the TSV itself.",
               "16 cores: the index, retrieve and read stages assumed to scale linearly with cores, the store build (one Python reader) not at all."]
     return "\n".join(lines) + "\n"
 
@@ -349,7 +471,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="10k,100k,1M", help="corpus sizes (passages): counts with k/M suffixes")
     p.add_argument("--questions", type=int, default=2000, help="questions retrieved at --depth")
-    p.add_argument("--depth", type=int, default=1000)
+    p.add_argument("--depths", default="1000", help="search depths of the retrieve stage, each timed (the deepest is judged)")
+    p.add_argument("--bare-questions", type=int, default=500,
+                   help="questions of the search comparison with bare Pyserini batch_search at each depth (0: none)")
     p.add_argument("--read-questions", type=int, default=500, help="questions whose top 5 passages are read")
     p.add_argument("--reader", default=str(ROOT.parent / "shared" / "models" / "minilm-squad-reader"))
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="threads for the index, search and reader")
@@ -362,13 +486,20 @@ def main(argv=None) -> int:
     p.add_argument("--no-pyserini", action="store_true", help="skip the comparison with Pyserini's own indexer")
     p.add_argument("--repeat", type=int, default=1,
                    help="build comparisons per size (store + index vs Pyserini's indexer, alternating); medians reported")
-    p.add_argument("--child", choices=STAGES + ("pyserini",), help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=STAGES + ("pyserini", "ours-search", "bare-search"), help=argparse.SUPPRESS)
     p.add_argument("--tsv", help=argparse.SUPPRESS)
     p.add_argument("--qa", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    try:
+        args.depth_list = sorted({int(d) for d in args.depths.split(",") if d.strip()})
+    except ValueError:
+        raise SystemExit(f"error: --depths {args.depths!r}: expected depths like 100,1000") from None
+    if not args.depth_list or min(args.depth_list) < 1:
+        raise SystemExit(f"error: --depths {args.depths!r}: expected depths like 100,1000")
     if args.child:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        info = child(args.child, args.tsv, args.qa, args.depth, args.questions, args.read_questions, args.reader, args.threads)
+        info = child(args.child, args.tsv, args.qa, args.depth_list, args.questions, args.read_questions, args.reader,
+                     args.threads)
         print(json.dumps(info))
         return 0
     from data.io import cache_dir, write_json, write_text
@@ -393,7 +524,8 @@ def main(argv=None) -> int:
     qa = root / f"squad-dev-{args.questions}.qa.csv"
     if not qa.is_file():
         write_questions(qa, Path(args.data_dir), max(args.questions, args.read_questions))
-    results = {"args": {"questions": args.questions, "depth": args.depth, "read_questions": args.read_questions,
+    results = {"args": {"questions": args.questions, "depth": max(args.depth_list), "depths": args.depth_list,
+                        "bare_questions": args.bare_questions, "read_questions": args.read_questions,
                         "threads": args.threads, "reader": args.reader}, "runs": {}}
     source = None
     for n in sizes:
@@ -412,13 +544,37 @@ def main(argv=None) -> int:
             runs[stage] = run_stage(stage, cache, args, tsv, qa)
             print(f"N={n:,} {stage}: {json.dumps(runs[stage])}", file=sys.stderr)
         runs["disk"] = {"store": du(cache / "corpus_store"), "bm25": du(cache / "bm25"), "tsv": tsv.stat().st_size}
+        if not args.no_pyserini and args.bare_questions > 0 and "index" in runs:
+            runs["search"] = {}
+            for k in args.depth_list:  # ours, then bare Pyserini, on the same index and questions
+                try:
+                    got = {side: run_stage(f"{side}-search", cache, args, tsv, qa, depths=[k], questions=args.bare_questions)
+                           for side in ("ours", "bare")}
+                except StageFailed as e:  # the peer failing at this size is a result, not the end of the run
+                    runs["search"][str(k)] = {"error": str(e)}
+                    print(f"N={n:,} search k={k}: {e}", file=sys.stderr)
+                    continue
+                got["identical"] = all(np.array_equal(np.load(cache / f"ours-{k}.{what}.npy"),
+                                                      np.load(cache / f"bare-{k}.{what}.npy")) for what in ("ids", "scores"))
+                runs["search"][str(k)] = got
+                print(f"N={n:,} search k={k}: {json.dumps(got)}", file=sys.stderr)
+        results["runs"][str(n)] = runs
+        write_json(out.with_suffix(".json"), results)  # a long run keeps what it measured so far
         if not args.no_pyserini and {"store", "index"} <= set(runs):
             from retrievers.lucene import shard_count
 
             jsonl = root / f"psgs_squad_{n}.jsonl"
             write_jsonl(tsv, n, jsonl, shard_count(n, args.threads))  # as many files as our index build writes
-            runs["pyserini"] = run_stage("pyserini", cache, args, jsonl, qa)
-            shutil.rmtree(cache / "pyserini-index", ignore_errors=True)
+            try:
+                runs["pyserini"] = run_stage("pyserini", cache, args, jsonl, qa)
+            except StageFailed as e:
+                runs["pyserini_error"] = str(e)
+                print(f"N={n:,} pyserini: {e}", file=sys.stderr)
+                continue
+            finally:
+                shutil.rmtree(cache / "pyserini-index", ignore_errors=True)
+                results["runs"][str(n)] = runs
+                write_json(out.with_suffix(".json"), results)  # a long run keeps what it measured so far
             print(f"N={n:,} pyserini: {json.dumps(runs['pyserini'])}", file=sys.stderr)
             runs["build_repeats"] = []
             for r in range(1, args.repeat):  # more build comparisons, alternating which side goes first
