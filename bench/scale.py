@@ -315,6 +315,25 @@ def _read(reader: str, threads: int) -> dict:
     return {"read_s": round(time.perf_counter() - t0, 3), "pairs": int(reads.n_read), "questions": len(saved["questions"])}
 
 
+def own_peak_rss() -> dict:
+    """This process's own peak RSS since it started (``VmHWM``) and its children's (the indexer JVM), in MiB.
+
+    The parent's ``os.wait4`` figure is not enough: Linux carries a forked process's RSS across ``exec``, so a
+    child's ``ru_maxrss`` is at least what the bench's own process held when it forked the child.
+    """
+    import resource
+
+    own = float("nan")
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                own = int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return {"own_peak_rss_mib": round(own, 1),
+            "children_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)}
+
+
 class StageFailed(SystemExit):
     """A stage's process failed (its stderr went to ours)."""
 
@@ -372,6 +391,14 @@ def build_pairs(runs: dict) -> list[tuple[float, float]]:
     return [first] + [tuple(p) for p in runs.get("build_repeats", [])]
 
 
+def peak_rss(r: dict) -> float:
+    """A stage's peak RSS in MiB: the larger of its own process's and its children's (:func:`own_peak_rss`); for
+    runs saved before the stages reported them, the parent's ``wait4`` figure (an upper bound)."""
+    if "own_peak_rss_mib" in r:
+        return max(r["own_peak_rss_mib"], r.get("children_peak_rss_mib", 0.0))
+    return r["peak_rss_mib"]
+
+
 def search_table(results: dict, sizes: list[int]) -> list[str]:
     """Our search against bare Pyserini ``batch_search`` on the same index (the runs that have the comparison)."""
     rows = []
@@ -383,8 +410,8 @@ def search_table(results: dict, sizes: list[int]) -> list[str]:
             ours, bare = got["ours"], got["bare"]
             q = ours["questions"]
             rows.append(f"| {n:,} | {k} | {q:,} | {q / ours['search_s']:,.1f} | {q / bare['search_s']:,.1f} | "
-                        f"{bare['search_s'] / ours['search_s']:.2f} | {ours['peak_rss_mib']:,.0f} | {bare['peak_rss_mib']:,.0f} | "
-                        f"{ours['peak_rss_mib'] / bare['peak_rss_mib']:.2f} | {'yes' if got['identical'] else 'NO'} |")
+                        f"{bare['search_s'] / ours['search_s']:.2f} | {peak_rss(ours):,.0f} | {peak_rss(bare):,.0f} | "
+                        f"{peak_rss(ours) / peak_rss(bare):.2f} | {'yes' if got['identical'] else 'NO'} |")
     if not rows:
         return []
     return ["", f"Search on our index: our `BM25Retriever.search` vs bare Pyserini `LuceneSearcher.batch_search` (each in its "
@@ -402,7 +429,7 @@ def report(results: dict, sizes: list[int], threads: int) -> str:
     for stage in STAGES:
         rs = [results["runs"][str(n)][stage] for n in sizes]
         secs = [stage_seconds(r) for r in rs]
-        rss = [r["peak_rss_mib"] for r in rs]
+        rss = [peak_rss(r) for r in rs]
         g_t, t_full = extrapolate(sizes, secs, DPR_PASSAGES, 1.0 if LINEAR[stage] else None)
         g_m, m_full = extrapolate(sizes, rss, DPR_PASSAGES)
         extra[stage] = (t_full, m_full)
@@ -500,6 +527,7 @@ def main(argv=None) -> int:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         info = child(args.child, args.tsv, args.qa, args.depth_list, args.questions, args.read_questions, args.reader,
                      args.threads)
+        info.update(own_peak_rss())
         print(json.dumps(info))
         return 0
     from data.io import cache_dir, write_json, write_text
