@@ -499,6 +499,71 @@ def test_killed_build_is_never_trusted(files, tmp_path, monkeypatch):
         corpus_store.cached_store(["dup"], lambda: iter([("1", "", "x"), ("1", "", "y")]))
 
 
+def test_duplicate_ids_are_found_across_batches_whatever_the_ids_look_like(tmp_path, monkeypatch):
+    """Integer ids are checked as int64 while the batches are written, other ids with Arrow over the file: both
+    find a duplicate in another batch, name the first duplicated id in file order, and count the duplicated ids;
+    two spellings of one number ("17", "017") are two ids; a clean build of integer ids keeps no hash table."""
+    from data import corpus_store
+
+    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(corpus_store, "BATCH_ROWS", 3)  # several batches from a few records
+
+    def build(name, ids):
+        return corpus_store.cached_store([name], lambda: iter([(i, "", f"text {k}") for k, i in enumerate(ids)]))
+
+    assert len(build("ints", [str(i) for i in range(10)])) == 10
+    assert len(build("spellings", ["17", "017", "+17", "5"])) == 4  # not integers in canonical form: Arrow's check
+    for name, ids in (("int-dups", ["1", "2", "3", "4", "9", "3", "9", "2", "7"]),
+                      ("str-dups", ["a", "b", "c", "d", "z", "c", "z", "b", "g"]),
+                      ("mixed-dups", ["1", "2", "x", "4", "9", "x", "9", "2", "7"])):
+        with pytest.raises(UserError, match=rf"passage id '{ids[1]}' appears 2 times \(3 duplicated ids in all\)"):
+            build(name, ids)
+    check = corpus_store._IdCheck()
+    import pyarrow as pa
+
+    check.add(pa.array(["3", "1"]))
+    check.add(pa.array(["2", "3", "3"]))
+    assert check.integers and check.duplicate() == ("3", 3, 1)
+    check.add(pa.array(["4", None]))
+    assert not check.integers and check.duplicate() is None  # the file is checked instead
+
+
+def _rss_file_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssFile:"):
+            return int(line.split()[1])
+    pytest.skip("no RssFile in /proc/self/status")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and /proc are Linux's")
+@pytest.mark.parametrize("release", [True, False])
+def test_random_fetches_do_not_leave_the_store_mapped(tmp_path, monkeypatch, release):
+    """Fetching rows all over a store (DPR has-answer at depth) maps its file page by page, and a mapped page counts
+    in RSS: the store drops its mapped pages every RELEASE_ROWS fetched rows, so RSS stays far below the file's
+    size while the values stay right; without the release (the second case) the whole file ends up mapped."""
+    from data import corpus_store
+
+    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    words = np.array([f"w{i:05d}" for i in range(5000)])
+    n = 20_000  # ~13 MB of 100-word passages
+    texts = [" ".join(rng.choice(words, 100)) for _ in range(n)]
+    store = corpus_store.cached_store(["rss", n], lambda: iter([(str(i), "", t) for i, t in enumerate(texts)]))
+    file_kib = store.disk_bytes // 1024
+    monkeypatch.setattr(corpus_store, "RELEASE_ROWS", 512 if release else 10**9)
+    store = corpus_store.open_store(store.directory)  # a fresh map, nothing of it touched yet
+    before = _rss_file_kib()
+    order = rng.permutation(n)
+    for lo in range(0, n, 2000):
+        rows = order[lo : lo + 2000]
+        assert store.fetch("text", rows) == [texts[r] for r in rows]
+    grown = _rss_file_kib() - before
+    if release:
+        assert grown < file_kib / 4, (grown, file_kib)
+    else:
+        assert grown > file_kib / 2, (grown, file_kib)
+
+
 # ---------------------------------------------------- bad input, the CLI
 def test_bad_tsv_line_is_one_error_line_exit_2(files, tmp_path):
     bad = tmp_path / "bad.tsv"
