@@ -359,6 +359,26 @@ def run_stage(stage: str, cache: Path, args, tsv: Path, qa: Path, depths: list[i
     return {"stage": stage, "wall_s": round(wall, 3), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), **report}
 
 
+def compare_search(cache: Path, args, tsv: Path, qa: Path, k: int) -> dict:
+    """``--search-repeat`` pairs of our search and bare ``batch_search`` at depth ``k``, alternating which side
+    goes first (the first process to search a cold index pays for its page faults); each side's median seconds,
+    its highest peak RSS, every pair's ratio, and whether every run's rankings are identical."""
+    runs: dict[str, list[dict]] = {"ours": [], "bare": []}
+    identical = True
+    for r in range(max(1, args.search_repeat)):
+        for side in (("ours", "bare") if r % 2 == 0 else ("bare", "ours")):
+            runs[side].append(run_stage(f"{side}-search", cache, args, tsv, qa, depths=[k], questions=args.bare_questions))
+        identical &= all(np.array_equal(np.load(cache / f"ours-{k}.{what}.npy"), np.load(cache / f"bare-{k}.{what}.npy"))
+                         for what in ("ids", "scores"))
+    got = {}
+    for side, rs in runs.items():
+        got[side] = dict(rs[-1], search_s=float(np.median([x["search_s"] for x in rs])),
+                         own_peak_rss_mib=max(peak_rss(x) for x in rs), children_peak_rss_mib=0.0)
+    got["ratios"] = [round(b["search_s"] / o["search_s"], 3) for o, b in zip(runs["ours"], runs["bare"])]
+    got["identical"] = identical
+    return got
+
+
 def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
 
@@ -506,11 +526,17 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="threads for the index, search and reader")
     p.add_argument("--data-dir", default=os.environ.get("QA_DATA_DIR") or str(ROOT.parent / "shared" / "data"))
     p.add_argument("--cache", help="where corpora and per-run caches go (default: $QA_CACHE_DIR/scale)")
-    p.add_argument("--stages", default=",".join(STAGES), help="stages to run (default: all)")
+    p.add_argument("--stages", default=",".join(STAGES),
+                   help="stages to run (default: all; with --reuse also 'search', the comparison with bare batch_search)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale"), help="output stem (.md and .json)")
     p.add_argument("--report-only", action="store_true", help="re-render --out's tables from its saved JSON")
     p.add_argument("--allow-busy", action="store_true", help="exit 0 on a busy machine (the table is still marked NOT A RESULT)")
     p.add_argument("--no-pyserini", action="store_true", help="skip the comparison with Pyserini's own indexer")
+    p.add_argument("--search-repeat", type=int, default=1,
+                   help="search comparisons per depth (ours and bare alternating which goes first); medians reported")
+    p.add_argument("--reuse", action="store_true",
+                   help="keep each size's cache (store and index of an earlier run) and update --out's saved results "
+                        "with the stages run now (e.g. --stages retrieve after a change to it)")
     p.add_argument("--repeat", type=int, default=1,
                    help="build comparisons per size (store + index vs Pyserini's indexer, alternating); medians reported")
     p.add_argument("--child", choices=STAGES + ("pyserini", "ours-search", "bare-search"), help=argparse.SUPPRESS)
@@ -555,6 +581,8 @@ def main(argv=None) -> int:
     results = {"args": {"questions": args.questions, "depth": max(args.depth_list), "depths": args.depth_list,
                         "bare_questions": args.bare_questions, "read_questions": args.read_questions,
                         "threads": args.threads, "reader": args.reader}, "runs": {}}
+    if args.reuse and out.with_suffix(".json").is_file():
+        results["runs"] = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))["runs"]
     source = None
     for n in sizes:
         tsv = root / f"psgs_squad_{n}.tsv"
@@ -564,31 +592,31 @@ def main(argv=None) -> int:
             write_corpus(n, tsv, source)
             print(f"wrote {tsv} ({n:,} passages, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
         cache = root / f"run-{n}"
-        shutil.rmtree(cache, ignore_errors=True)  # every stage is measured from nothing
-        runs: dict = {}
+        if args.reuse:
+            runs: dict = results["runs"].get(str(n), {})
+        else:
+            shutil.rmtree(cache, ignore_errors=True)  # every stage is measured from nothing
+            runs = {}
         for stage in STAGES:
             if stage not in wanted:
                 continue
             runs[stage] = run_stage(stage, cache, args, tsv, qa)
             print(f"N={n:,} {stage}: {json.dumps(runs[stage])}", file=sys.stderr)
         runs["disk"] = {"store": du(cache / "corpus_store"), "bm25": du(cache / "bm25"), "tsv": tsv.stat().st_size}
-        if not args.no_pyserini and args.bare_questions > 0 and "index" in runs:
+        if not args.no_pyserini and args.bare_questions > 0 and "index" in runs and (not args.reuse or "search" in wanted):
             runs["search"] = {}
-            for k in args.depth_list:  # ours, then bare Pyserini, on the same index and questions
+            for k in args.depth_list:  # ours and bare Pyserini on the same index and questions, alternating
                 try:
-                    got = {side: run_stage(f"{side}-search", cache, args, tsv, qa, depths=[k], questions=args.bare_questions)
-                           for side in ("ours", "bare")}
+                    got = compare_search(cache, args, tsv, qa, k)
                 except StageFailed as e:  # the peer failing at this size is a result, not the end of the run
                     runs["search"][str(k)] = {"error": str(e)}
                     print(f"N={n:,} search k={k}: {e}", file=sys.stderr)
                     continue
-                got["identical"] = all(np.array_equal(np.load(cache / f"ours-{k}.{what}.npy"),
-                                                      np.load(cache / f"bare-{k}.{what}.npy")) for what in ("ids", "scores"))
                 runs["search"][str(k)] = got
                 print(f"N={n:,} search k={k}: {json.dumps(got)}", file=sys.stderr)
         results["runs"][str(n)] = runs
         write_json(out.with_suffix(".json"), results)  # a long run keeps what it measured so far
-        if not args.no_pyserini and {"store", "index"} <= set(runs):
+        if not args.no_pyserini and {"store", "index"} <= set(wanted):
             from retrievers.lucene import shard_count
 
             jsonl = root / f"psgs_squad_{n}.jsonl"
@@ -621,7 +649,7 @@ def main(argv=None) -> int:
     _machine.finish(guard, allow_busy=True, file=sys.stderr)
     results["machine"] = f"{guard.header()}; after {guard.load_after:.2f}" + ("" if not guard.busy else " (busy: NOT A RESULT)")
     write_json(out.with_suffix(".json"), results)
-    if set(STAGES) <= set(wanted):
+    if all(set(STAGES) <= set(r) for r in results["runs"].values()):
         text = report(results, sizes, args.threads) + results["machine"] + "\n"
         write_text(out.with_suffix(".md"), text)
         print(text)

@@ -148,3 +148,40 @@ def test_scale_compares_store_plus_index_with_pyserinis_indexer(tmp_path):
     lines = report(results, [1000, 10000], 2).splitlines()
     assert "| 10,000 | 10.0 | 1,000 | 11.0 | 909 | 1.10 (0.75–1.22, 3 runs each) |" in lines
     assert any("medians of alternating runs" in line for line in lines)
+
+
+def test_scale_report_at_dprs_size_is_measured_and_sets_our_search_against_bare_batch_search():
+    """bench/scale.py: with DPR's passage count as the largest size the hours are the measured ones (not an
+    extrapolation); the search comparison gives q/s, the speed-up, each side's own peak RSS (not the parent's
+    wait4 figure, which starts at the parent's RSS) and a failed peer as a row; disk is set against the TSV."""
+    from bench.scale import DPR_PASSAGES, parse_size, peak_rss, report
+
+    assert parse_size("dpr") == DPR_PASSAGES == 21_015_324 and parse_size("1M") == 1_000_000
+
+    def run(scale):
+        return {"store": {"stage": "store", "load_s": 1.0 * scale, "wall_s": 2.0 * scale, "peak_rss_mib": 900,
+                          "own_peak_rss_mib": 100, "children_peak_rss_mib": 0.0, "passages_per_s": 1000},
+                "index": {"stage": "index", "index_s": 2.0 * scale, "wall_s": 3.0 * scale, "peak_rss_mib": 900,
+                          "own_peak_rss_mib": 150, "children_peak_rss_mib": 500},
+                "retrieve": {"stage": "retrieve", "search_s": 1.0, "has_answer_s": 1.0, "wall_s": 4.0, "peak_rss_mib": 300,
+                             "search_s_at": {"100": 0.5, "1000": 1.0}, "dpr": {"Top20": 0.5, "Top100": 0.75}},
+                "read": {"stage": "read", "read_s": 5.0, "wall_s": 6.0, "peak_rss_mib": 400},
+                "disk": {"store": 3 * 2**20, "bm25": 2**20, "tsv": 2 * 2**20}}
+
+    small, big = run(1), run(21)
+    big["search"] = {"100": {"ours": {"questions": 50, "search_s": 1.0, "own_peak_rss_mib": 200, "children_peak_rss_mib": 0},
+                             "bare": {"questions": 50, "search_s": 2.5, "own_peak_rss_mib": 800, "children_peak_rss_mib": 0},
+                             "identical": True},
+                     "1000": {"error": "error: stage bare-search failed (exit 1)"}}
+    assert peak_rss(small["index"]) == 500 and peak_rss(small["retrieve"]) == 300  # own/children, else wait4's
+    results = {"args": {"questions": 10, "depth": 1000, "depths": [100, 1000], "read_questions": 2, "threads": 2},
+               "runs": {"1000000": small, str(DPR_PASSAGES): big}}
+    lines = report(results, [1_000_000, DPR_PASSAGES], 2).splitlines()
+    assert any(line.startswith("At 21,015,324 passages (DPR's Wikipedia count), measured") for line in lines)
+    assert not any(line.startswith("Extrapolation") for line in lines)
+    assert "| 21,015,324 | 100 | 50 | 50.0 | 20.0 | 2.50 | 200 | 800 | 0.25 | yes |" in lines
+    assert "| 21,015,324 | 1000 | – | – | failed | – | – | – | – | – |" in lines
+    assert "| 21,015,324 | 0.5 | 1.0 |" in lines  # search seconds at each depth
+    assert any(line.startswith("| 21,015,324 | 2 | 3 | 1 | 2.00 |") for line in lines)  # (store + index) / TSV
+    index_hours = next(line for line in lines if line.startswith("| index | ") and line.count("|") == 5)
+    assert float(index_hours.split("|")[2]) == pytest.approx(42.0 / 3600, abs=0.01)  # measured, not scaled
