@@ -238,18 +238,24 @@ def child(args) -> dict:
             hits = searcher.batch_search(qs, qids, k=k, threads=threads)
             seconds.append(time.perf_counter() - t0)
             rss.append(rss_mb())
-        ids = np.full((len(qs), k), -1, np.int64)
-        scores = np.full((len(qs), k), -np.inf, np.float32)
-        for q in qids:
-            hs = hits[q]
-            if len(hs):
-                ids[int(q), : len(hs)] = [int(h.docid) for h in hs]
-                scores[int(q), : len(hs)] = [h.score for h in hs]
+        ids, scores = hits_as_arrays(hits, qids, k)
         rss[-1] = rss_mb()  # the last pass's peak includes turning its hits into arrays
         np.save(args.out + ".ids.npy", ids)
         np.save(args.out + ".scores.npy", scores)
         return {"seconds": seconds, "rss_mb": rss, "heap": args.bare_heap, "torch": "torch" in sys.modules}
     raise SystemExit(f"unknown child role {role}")
+
+
+def hits_as_arrays(hits: dict, qids: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``batch_search``'s hits (qid -> hits; integer docids) as [Q, k] ids and scores, -1 / -inf padded."""
+    ids = np.full((len(qids), k), -1, np.int64)
+    scores = np.full((len(qids), k), -np.inf, np.float32)
+    for q in qids:
+        hs = hits[q]
+        if len(hs):
+            ids[int(q), : len(hs)] = [int(h.docid) for h in hs]
+            scores[int(q), : len(hs)] = [h.score for h in hs]
+    return ids, scores
 
 
 def collect_garbage() -> None:
