@@ -28,6 +28,7 @@ not re-read it to hash it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -282,22 +283,27 @@ def release_mapped_pages(address: int, size: int) -> None:
     """Unmap the resident pages of a read-only file mapping (``pyarrow.memory_map``: page-aligned ``address``,
     ``size`` bytes) from this process (Linux; elsewhere nothing): ``madvise(MADV_DONTNEED)``.  The data stays
     valid: a shared file mapping is mapped again from the page cache on the next access."""
-    global _MADVISE
-    if _MADVISE is None:
-        import ctypes
-        import ctypes.util
+    import mmap
 
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-            _MADVISE = libc.madvise if sys.platform.startswith("linux") else False
-        except (OSError, AttributeError):
-            _MADVISE = False
-    if _MADVISE and size > 0 and address % 4096 == 0:
-        _MADVISE(address, size, 4)  # MADV_DONTNEED; a failure only leaves the pages mapped
+    madvise = _madvise()
+    if madvise is not None and size > 0 and address % mmap.PAGESIZE == 0:
+        madvise(address, size, mmap.MADV_DONTNEED)  # a failure only leaves the pages mapped
 
 
-_MADVISE = None
+@functools.cache
+def _madvise():
+    """libc's ``madvise`` from the symbols already loaded in this process (no ``find_library``: it forks
+    ``ldconfig``, from a process that may hold gigabytes), or None off Linux."""
+    import ctypes
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return madvise
 
 
 def utf8_scalar(text: str):
@@ -556,7 +562,7 @@ class _IdCheck:
     ``"017"`` or ``"+17"``: two spellings of one number are two ids), the ids are
     kept as one int64 each and sorted at the end: 168 MB for DPR's 21M passages,
     where Arrow's ``value_counts`` over the id column held a hash table of every
-    id string and mapped the file's pages (3.4 GB peak for the whole build).  The
+    id string and mapped the file's pages (3.3 GiB peak for the whole build).  The
     first batch with another id stops the collection; the caller then checks the
     written file with ``value_counts``.
     """
