@@ -254,8 +254,10 @@ WARMUP = 50  # questions searched before the clock on each side of the search co
 
 
 def _qa_questions(qa: str, count: int) -> list[str]:
-    with open(qa, encoding="utf-8") as f:
-        return [line.split("\t", 1)[0] for line in f][:count]
+    """The first ``count`` questions of a DPR qa.csv, read as ``open:`` reads them."""
+    from data.open_sources import BadRecords, read_questions
+
+    return [q.text for q in read_questions(Path(qa), "dpr-csv", BadRecords(False))[:count]]
 
 
 def _timed_search(search, qa: str, k: int, count: int, side: str) -> dict:

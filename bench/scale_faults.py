@@ -87,21 +87,19 @@ def disk_full(tsv: Path, qa: Path, args, work: Path) -> dict:
     if os.geteuid() != 0 or shutil.which("unshare") is None or \
             subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
         return {"skipped": "needs root and unshare -m (a private mount namespace)"}
-    show = "import os,sys; r=sys.argv[1]; print('LEFT', sorted(os.path.relpath(os.path.join(d, f), r) for d, _, fs in os.walk(r) for f in fs))"
+    show = ("import json,os,sys; r=sys.argv[1]; "
+            "print('LEFT', json.dumps(sorted(os.path.relpath(os.path.join(d, f), r) for d, _, fs in os.walk(r) for f in fs)))")
     script = (f'mount -t tmpfs -o size={args.tmpfs} tmpfs "$0" && "$@"; rc=$?; '
               f'{sys.executable} -c "{show}" "$0"; exit $rc')
     t0 = time.perf_counter()
     proc = subprocess.run(["unshare", "-m", "sh", "-c", script, str(cache), *command(tsv, qa, args, work / "tmpfs-out")],
                           cwd=ROOT, env=environment(cache), capture_output=True, text=True)
-    left = next((line[5:] for line in proc.stdout.splitlines() if line.startswith("LEFT ")), "?")
+    left = next((json.loads(line[5:]) for line in proc.stdout.splitlines() if line.startswith("LEFT ")), None)
     errors = [line for line in proc.stderr.splitlines() if line.strip()]
     result = {"seconds": round(time.perf_counter() - t0, 1), "exit": proc.returncode, "stderr_lines": errors[-5:],
               "stderr_line_count": len(errors), "left_in_cache": left, "out_files": listing(work / "tmpfs-out")}
-    import ast
-
-    entries = ast.literal_eval(left) if left.startswith("[") else None
     # nothing of the store but its lock file (the digest of the TSV, remembered under sha256/, may stay)
-    lock_only = entries is not None and all(name.endswith(".lock") for name in entries if name.startswith("corpus_store"))
+    lock_only = left is not None and all(name.endswith(".lock") for name in left if name.startswith("corpus_store"))
     result["ok"] = (proc.returncode == 2 and len(errors) == 1 and "No space left on device" in errors[0]
                     and lock_only and not result["out_files"])
     return result
