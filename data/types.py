@@ -6,6 +6,7 @@ these types and plain numpy arrays; none reaches into another's internals.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -125,6 +126,10 @@ class Corpus:
     def subset(self, rows: np.ndarray) -> "Corpus":
         """A new corpus holding only ``rows`` (paragraph ids are kept; store-backed columns stay lazy views)."""
         rows = np.asarray(rows, dtype=np.int64)
+        if self.content_key is not None and rows.size == len(self) and np.array_equal(rows, np.arange(rows.size)):
+            # every row in order (a sweep's "all" level): the same content, so the same key -- its index is
+            # the whole corpus's, built once, not a second one over a view of every row
+            return dataclasses.replace(self)
         same = self.contexts is self.texts
         texts = take_rows(self.texts, rows)
         key = None
@@ -203,8 +208,6 @@ class Queries:
 
 def limit_queries(dataset: "Dataset", limit: int | None) -> "Dataset":
     """Keep the query inputs of the first ``limit`` questions (the corpus stays whole)."""
-    import dataclasses
-
     from data.errors import UserError
 
     if not limit:

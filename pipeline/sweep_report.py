@@ -181,9 +181,27 @@ def cost_table(out: str | Path, summary: dict) -> str | None:
     return "\n".join(lines)
 
 
+def retrieval_recall_table(summary: dict, ks: list[int] = (1, 5, 20, 100, 1000)) -> str:
+    """Open datasets: the ranking's answer recall@k (DPR top-k accuracy, %) per corpus size, for the k within the
+    retrieval depth; empty when the sweep did not record it."""
+    by_size = summary.get("answer_recall_at_k_by_size") or {}
+    sizes = [s for s in summary["corpus_sizes"] if str(s) in by_size]
+    if not sizes:
+        return ""
+    depth = min(len(by_size[str(s)]) for s in sizes)
+    ks = [k for k in ks if k <= depth] or [depth]
+    head = ["corpus"] + [f"answer recall@{k} (%)" for k in ks]
+    lines = [f"Retrieval, {summary['questions']:,} questions, depth {depth}:", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for size in sizes:
+        lines.append("| " + " | ".join([f"{size:,}"] + [f"{100 * by_size[str(size)][k - 1]:.1f}" for k in ks]) + " |")
+    return "\n".join(lines)
+
+
 def report(out: str | Path, ns: list[int] = (1, 5, 10, 20)) -> str:
     summary, rows = load_summary(out)
-    tables = [size_table(summary, rows, list(ns)), regret_table(summary, list(ns)), cost_table(out, summary)]
+    tables = [size_table(summary, rows, list(ns)), retrieval_recall_table(summary), regret_table(summary, list(ns)),
+              cost_table(out, summary)]
     return "\n\n".join(t for t in tables if t)
 
 

@@ -175,21 +175,32 @@ def noise_ratio(size: int, n_gold: int) -> float | None:
 
 
 def open_level_counts(queries, ranking) -> dict:
-    """Open datasets: questions with an answer-bearing passage within the depth, and distinct answer-bearing rows found."""
+    """Open datasets: questions with an answer-bearing passage within the depth, distinct answer-bearing rows found,
+    and the ranking's answer recall@k for every k up to the depth (DPR's top-k accuracy: the share of questions with
+    an answer-bearing passage among the first k; free here, the answer matching has already run over the depth)."""
     mask = getattr(queries, "has_answer", None)
-    if mask is None or mask.shape != ranking.ids.shape:
+    if mask is None or mask.shape != ranking.ids.shape or mask.shape[0] == 0:
         return {}
-    return {"answer_bearing_questions": int(mask.any(axis=1).sum()), "answer_bearing_rows": int(np.unique(ranking.ids[mask]).size)}
+    recall = np.logical_or.accumulate(np.asarray(mask, dtype=bool), axis=1).mean(axis=0)
+    return {"answer_bearing_questions": int(mask.any(axis=1).sum()), "answer_bearing_rows": int(np.unique(ranking.ids[mask]).size),
+            "answer_recall_at_k": [round(float(v), 6) for v in recall]}
 
 
 def open_level_summary(plan, levels: dict) -> dict:
-    """Open datasets: the answer-bearing counts per corpus size (mean over seeds) for summary.json."""
-    out = {}
+    """Open datasets: per corpus size (mean over seeds) the answer-bearing counts and the ranking's answer recall@k
+    for k = 1..depth, for summary.json."""
+    out, curves = {}, {}
     for size in plan.sizes:
         infos = [levels[(size, s)].info for s in plan.seeds if "answer_bearing_rows" in levels[(size, s)].info]
         if infos:
             out[str(size)] = {k: float(np.mean([i[k] for i in infos])) for k in ("answer_bearing_questions", "answer_bearing_rows")}
-    return {"answer_bearing_by_size": out} if out else {}
+        recalls = [i["answer_recall_at_k"] for i in infos if i.get("answer_recall_at_k")]
+        if recalls and len(recalls) == len(plan.seeds) and len({len(r) for r in recalls}) == 1:
+            curves[str(size)] = [round(float(v), 6) for v in np.mean(recalls, axis=0)]
+    summary = {"answer_bearing_by_size": out} if out else {}
+    if curves:
+        summary["answer_recall_at_k_by_size"] = curves  # index k-1: recall@k of the ranking, k = 1..depth
+    return summary
 
 
 def selector_systems(thetas: list[float], tau: int, ordinal, extra: Sequence = ()) -> list:
@@ -810,11 +821,40 @@ def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict, 
     written += plot_curves(curves, out / "em_vs_corpus_size", xlabel="corpus size (paragraphs)" if plan.dataset.level == "paragraph" else "corpus size (candidates)",
                            ylabel="exact match (%)", title=f"{plan.dataset.name} {plan.dataset.split}: EM vs corpus size",
                            logx=max(plan.sizes) >= 20 * min(plan.sizes))  # sizes over decades: log axis
+    written += retrieval_recall_plots(out, plan, summary)
     if cost_rows:
         from eval.plots import plot_cost
 
         written += plot_cost([as_percent(r) | {"em": 100 * float(r["em"])} for r in cost_rows], out / "em_vs_passages",
                              title=f"{plan.dataset.name} {plan.dataset.split}: EM vs passages read")
+    return written
+
+
+RECALL_KS = (1, 5, 10, 20, 50, 100, 200, 500, 1000)  # the k drawn against corpus size (those within the depth)
+
+
+def retrieval_recall_plots(out: Path, plan: SweepPlan, summary: dict) -> list[str]:
+    """Open datasets: the ranking's answer recall@k against corpus size (one curve per k) and against k (one curve
+    per size), from summary.json's ``answer_recall_at_k_by_size``; no plot when the levels did not record it."""
+    from eval.plots import plot_curves
+
+    by_size = summary.get("answer_recall_at_k_by_size") or {}
+    sizes = [s for s in plan.sizes if str(s) in by_size]
+    if not sizes:
+        return []
+    depth = min(len(by_size[str(s)]) for s in sizes)
+    ks = [k for k in RECALL_KS if k <= depth] + ([depth] if depth not in RECALL_KS else [])
+    unit = "paragraphs" if plan.dataset.level == "paragraph" else "passages"
+    name = f"{plan.dataset.name} {plan.dataset.split}"
+    written = []
+    if len(sizes) > 1:
+        curves = [{"label": f"recall@{k}", "x": sizes, "y": [by_size[str(s)][k - 1] for s in sizes]} for k in ks]
+        written += plot_curves(curves, out / "retrieval_recall_vs_corpus_size", xlabel=f"corpus size ({unit})",
+                               ylabel="answer recall@k of the ranking", logx=max(sizes) >= 20 * min(sizes),
+                               title=f"{name}: answer recall@k vs corpus size ({summary['questions']:,} questions)")
+    curves = [{"label": f"{s:,}", "x": list(range(1, depth + 1)), "y": by_size[str(s)][:depth]} for s in sizes]
+    written += plot_curves(curves, out / "retrieval_recall_vs_k", xlabel="k (passages retrieved)", ylabel="answer recall@k of the ranking",
+                           logx=depth >= 20, title=f"{name}: answer recall@k per corpus size")
     return written
 
 

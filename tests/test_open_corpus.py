@@ -698,6 +698,26 @@ def test_dpr_json_positive_passages_are_known_gold(files, tmp_path):
     assert 0 < metrics["known_gold"]["sentence"]["R@5"] <= 1
 
 
+def test_every_row_view_is_the_corpus_itself(files):
+    """A sweep's "all" level restricts the corpus to every row in order: that is the corpus (same content key), so
+    its BM25 index is the one pipeline.run builds over the corpus, not a second one; any other selection of rows,
+    the same rows reordered included, is a new content with its own key."""
+    from data.open_domain import restrict_corpus
+    from data.registry import load_dataset
+    from pipeline import stages
+
+    ds = load_dataset(f"open:{files['tsv']}+{files['qa']}", "dev")
+    n = len(ds.corpus)
+    bm25 = stages.build_retriever("bm25", {})
+    whole = restrict_corpus(ds, np.arange(n)).corpus
+    assert whole.content_key == ds.corpus.content_key and bm25.index_key(whole) == bm25.index_key(ds.corpus)
+    assert list(whole.ids) == list(ds.corpus.ids)
+    others = [restrict_corpus(ds, rows).corpus for rows in (np.arange(n - 1), np.arange(n)[::-1].copy(), np.arange(1, n))]
+    keys = {c.content_key for c in others}
+    assert len(keys) == 3 and ds.corpus.content_key not in keys
+    assert list(others[1].ids) == list(ds.corpus.ids)[::-1]
+
+
 # --------------------------------------------------- reading and sweeps
 @pytest.mark.skipif(not READER.is_dir(), reason="reader model missing")
 def test_open_run_with_reader_and_mu(files, tmp_path):
@@ -721,22 +741,35 @@ def test_open_sweep_uniform_nested_levels(files, tmp_path):
 
     out = tmp_path / "sweep"
     argv = ["--dataset", f"open:{files['tsv']}+{files['qa']}", "--reader", str(READER), "--corpus-sizes", "50,0.5,all",
-            "--n", "1-3", "--no-ordinal", "--limit", "6", "--bootstrap", "20", "--metrics", "em,f1", "--out", str(out)]
+            "--n", "1-3", "--depth", "8", "--no-ordinal", "--limit", "6", "--bootstrap", "20", "--metrics", "em,f1", "--out", str(out)]
     assert main(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     n = len(files["passages"])
     assert summary["corpus_sizes"] == [50, round(n / 2), n] and summary["gold_rows"] == 0
-    found = summary["answer_bearing_by_size"]  # questions with an answer-bearing passage in the top 3, per size
+    found = summary["answer_bearing_by_size"]  # questions with an answer-bearing passage in the top 8, per size
     assert sorted(found) == sorted(map(str, summary["corpus_sizes"]))
     assert all(0 <= v["answer_bearing_questions"] <= 6 for v in found.values())
-    assert found[str(n)]["answer_bearing_questions"] >= 3 and found["50"]["answer_bearing_rows"] <= 6 * 3
+    assert found[str(n)]["answer_bearing_questions"] >= 3 and found["50"]["answer_bearing_rows"] <= 6 * 8
     assert (out / "em_vs_corpus_size.png").is_file()
+    # the ranking's answer recall@k for k = 1..depth per size: non-decreasing, ending at the share of questions
+    # with an answer-bearing passage within the depth, and equal at k <= n to the answer recall of the top-n reads
+    curves = summary["answer_recall_at_k_by_size"]
+    agg = {(int(r["corpus_size"]), r["system"]): r for r in csv.DictReader((out / "summary.csv").open())}
+    for size in summary["corpus_sizes"]:
+        curve = curves[str(size)]
+        assert len(curve) == 8 and all(a <= b for a, b in zip(curve, curve[1:]))
+        assert curve[-1] == pytest.approx(found[str(size)]["answer_bearing_questions"] / 6, abs=1e-6)  # 6 decimals
+        for k in (1, 2, 3):
+            assert curve[k - 1] == pytest.approx(float(agg[(size, f"top:{k}")]["answer_recall_mean"]), abs=1e-6)
+    assert (out / "retrieval_recall_vs_corpus_size.png").is_file() and (out / "retrieval_recall_vs_k.png").is_file()
     from pipeline.sweep_report import report
 
-    table = report(out, [1, 3]).splitlines()  # no noise ratio and no ordinal regression: still a table
+    text = report(out, [1, 3])
+    table = text.splitlines()  # no noise ratio and no ordinal regression: still a table
     rows = [line for line in table if line.startswith(f"| {n:,} |")]
     assert rows and "| — |" in rows[0]
     assert f"{found[str(n)]['answer_bearing_questions']:,.0f} of 6" in rows[0]
+    assert "answer recall@5 (%)" in text and f"| {n:,} | {100 * curves[str(n)][0]:.1f} |" in text
     assert not any("ordinal" in line for line in table)
     from data.open_domain import corpus_levels
 
