@@ -46,6 +46,7 @@ from data.errors import UserError
 from data.io import atomic_path, sha256_text, write_json
 from pipeline.cli import Timer, print_table, write_manifest
 from pipeline.config import SweepConfig
+from retrievers.base import release
 
 SWEEP_VERSION = "3"  # 3: levels keyed on the typed configuration's fingerprint
 SWEEP_SCALE = "fraction"  # EM, F1, their intervals and regret in [0, 1] units; sweeps without it wrote percent
@@ -509,8 +510,12 @@ def evaluate_new_level(setup: SweepSetup, size: int, rows: np.ndarray, t_rows: n
     config, plan, rc = setup.config, setup.plan, setup.config.reader
     level = restrict_corpus(setup.dataset, rows)
     t0 = time.perf_counter()
+    retriever = setup.make_retriever()
     with timer("retrieve"):
-        ranking = stages.retrieve(setup.make_retriever(), level, plan.depth, train=setup.train if setup.fit_retriever else None)
+        try:
+            ranking = stages.retrieve(retriever, level, plan.depth, train=setup.train if setup.fit_retriever else None)
+        finally:  # the next level searches its own index: this one's mapped files go now, not at the end
+            release(retriever)
     t_retrieve = time.perf_counter() - t0
     ordinal, extra, train_info = fit_level_selectors(setup, t_rows, timer)
     selectors = selector_systems(plan.thetas, plan.tau, ordinal, extra)
@@ -534,10 +539,14 @@ def fit_level_selectors(setup: SweepSetup, t_rows: np.ndarray | None, timer: Tim
         return None, extra, {}
     t0 = time.perf_counter()
     learn = ([parse_selector(f"ordinal:{plan.tau}")] if ordinal_on else []) + [sel for sel in extra if sel.needs_fit()]
+    retriever = setup.make_retriever()
     with timer("fit_ordinal"):
-        fitted = fit_learned(restrict_corpus(setup.train_sample, t_rows), setup.make_retriever(), learn, plan.tau,
-                             setup.config.reader.read_unit, plan.depth, train=setup.train if setup.fit_retriever else None,
-                             reader=setup.reader, cache=setup.cache, mu=setup.config.reader.mu)
+        try:
+            fitted = fit_learned(restrict_corpus(setup.train_sample, t_rows), retriever, learn, plan.tau,
+                                 setup.config.reader.read_unit, plan.depth, train=setup.train if setup.fit_retriever else None,
+                                 reader=setup.reader, cache=setup.cache, mu=setup.config.reader.mu)
+        finally:
+            release(retriever)
     ordinal = fitted[0] if ordinal_on else None
     info = {"train_questions": len(setup.train_sample.queries), "train_corpus_size": int(len(t_rows)),
             "fit_s": round(time.perf_counter() - t0, 3)}

@@ -82,6 +82,19 @@ def walk(retriever: Any) -> Iterator[Any]:
         queue.extend(members_of(r))
 
 
+def release(retriever: Any) -> None:
+    """Close what ``retriever`` and the members of a fused one hold open (Lucene readers and their memory-mapped
+    index files), for a caller done with it; those without ``close`` hold nothing to release.  Best effort: a close
+    that fails is not the caller's error."""
+    for r in walk(retriever):
+        close = getattr(r, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - releasing is best effort
+                pass
+
+
 def facts_of(retriever: Any) -> dict:
     """``retriever.facts()``, or ``{}`` for a retriever that declares none."""
     facts = getattr(retriever, "facts", None)

@@ -771,7 +771,18 @@ def test_open_sweep_uniform_nested_levels(files, tmp_path):
     assert f"{found[str(n)]['answer_bearing_questions']:,.0f} of 6" in rows[0]
     assert "answer recall@5 (%)" in text and f"| {n:,} | {100 * curves[str(n)][0]:.1f} |" in text
     assert not any("ordinal" in line for line in table)
-    from data.open_domain import corpus_levels
+    from data.io import cache_dir
+    from data.open_domain import corpus_levels, restrict_corpus
+    from data.registry import load_dataset
+    from pipeline import stages
 
     small, large = corpus_levels(n, [], [50, n // 2], seed=1)
     assert set(small) <= set(large)
+    # every level's index is closed once its questions are retrieved: none of the smaller levels' Lucene files is
+    # still mapped (a sweep to 21M passages would otherwise hold each level's index in memory to the end)
+    ds = load_dataset(f"open:{files['tsv']}+{files['qa']}", "dev")
+    bm25 = stages.build_retriever("bm25", {})
+    keys = [bm25.index_key(restrict_corpus(ds, rows).corpus) for rows in corpus_levels(n, [], [50, round(n / 2)], seed=1)]
+    mapped = Path("/proc/self/maps").read_text()
+    assert all((cache_dir("bm25") / key).is_dir() for key in keys)  # the levels built them
+    assert not [key for key in keys if f"/{key}/" in mapped]
