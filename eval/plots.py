@@ -69,6 +69,8 @@ def plot_curves(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
+        if len(title) > 64 and ": " in title:  # a long dataset name (open:CORPUS+QUESTIONS) on a line of its own
+            title = title.replace(": ", ":\n", 1)
         ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     if curves:

@@ -18,7 +18,10 @@ which is the area between the piecewise-linear curves of the best system and
 of system m, divided by the size range: the mean gap over a corpus size drawn
 uniformly from ``[s_1, s_K]``.  Evenly spaced sizes give the plain mean with
 half weight at both ends; a single size gives its gap.  ``weighting="uniform"``
-gives the unweighted mean over the evaluated sizes.
+gives the unweighted mean over the evaluated sizes.  ``weighting="log-trapezoid"``
+applies the same rule to ``log s``: the mean gap over a size drawn log-uniformly
+from the range, which gives every decade the same weight (sizes from 10k to 21M
+on a log axis; plain trapezoid weights would give the last decade 90% of it).
 
 The reference set (whose per-size maximum is "the best") is every system
 given unless ``reference`` says otherwise; an oracle that reads the gold is
@@ -39,7 +42,7 @@ import numpy as np
 
 from data.errors import UserError
 
-WEIGHTINGS = ("trapezoid", "uniform")
+WEIGHTINGS = ("trapezoid", "log-trapezoid", "uniform")
 
 
 def size_weights(sizes: Sequence[float], weighting: str = "trapezoid") -> np.ndarray:
@@ -53,6 +56,10 @@ def size_weights(sizes: Sequence[float], weighting: str = "trapezoid") -> np.nda
         raise UserError(f"regret weighting {weighting!r}: use one of {', '.join(WEIGHTINGS)}")
     if weighting == "uniform" or s.size == 1:
         return np.full(s.size, 1.0 / s.size)
+    if weighting == "log-trapezoid":
+        if s[0] <= 0:
+            raise UserError(f"regret: log-trapezoid weights need positive corpus sizes, got {s.tolist()}")
+        s = np.log(s)
     left = np.concatenate([[s[0]], s[:-1]])
     right = np.concatenate([s[1:], [s[-1]]])
     w = (right - left) / 2.0

@@ -293,7 +293,9 @@ class SelectorsConfig(Section):
 class StatisticsConfig(Section):
     bootstrap: int = setting(1000, "--bootstrap", "bootstrap replicates over questions", ge=1)
     bootstrap_seed: int = setting(0, "--bootstrap-seed")
-    weighting: Literal["trapezoid", "uniform"] = setting("trapezoid", "--weighting", "regret weights over corpus sizes")
+    weighting: Literal["trapezoid", "log-trapezoid", "uniform"] = setting(
+        "trapezoid", "--weighting", "regret weights over corpus sizes: trapezoid (over size), log-trapezoid (over log size: "
+        "every decade weighs the same, for sizes spread over decades) or uniform")
     plots: bool = setting(True, "--no-plots", "no plots", volatile=True)
 
 

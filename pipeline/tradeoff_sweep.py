@@ -710,7 +710,8 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
         "regret": {
             "weighting": weighting,
             "definition": "per size: best EM among non-oracle systems minus the system's EM (EM as a fraction; x100 = EM points); "
-                          + ("trapezoid weights over corpus size, normalized by the size range" if weighting == "trapezoid" else "plain mean over sizes"),
+                          + {"trapezoid": "trapezoid weights over corpus size, normalized by the size range",
+                             "log-trapezoid": "trapezoid weights over log corpus size, normalized by the log size range"}.get(weighting, "plain mean over sizes"),
             "best_fixed": best_of("top"), "best_threshold": best_of("threshold"), "ordinal": best_of("ordinal"), "oracle": best_of("oracle"),
             "by_family": {fam: best_of(fam) for fam in dict.fromkeys(family(n) for n in names)},
             "systems": regrets,
@@ -827,7 +828,7 @@ def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict, 
             "y": [r["em_mean"] for r in rs], "low": [r["em_ci_low"] for r in rs], "high": [r["em_ci_high"] for r in rs],
             "std": [r["em_std"] for r in rs], "dashed": name == "oracle",
         })
-    written += plot_curves(curves, out / "em_vs_corpus_size", xlabel="corpus size (paragraphs)" if plan.dataset.level == "paragraph" else "corpus size (candidates)",
+    written += plot_curves(curves, out / "em_vs_corpus_size", xlabel=f"corpus size ({size_unit(plan)})",
                            ylabel="exact match (%)", title=f"{plan.dataset.name} {plan.dataset.split}: EM vs corpus size",
                            logx=max(plan.sizes) >= 20 * min(plan.sizes))  # sizes over decades: log axis
     written += retrieval_recall_plots(out, plan, summary)
@@ -837,6 +838,13 @@ def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict, 
         written += plot_cost([as_percent(r) | {"em": 100 * float(r["em"])} for r in cost_rows], out / "em_vs_passages",
                              title=f"{plan.dataset.name} {plan.dataset.split}: EM vs passages read")
     return written
+
+
+def size_unit(plan: SweepPlan) -> str:
+    """What a corpus size counts: passages of an ``open:`` corpus, paragraphs, or sentence candidates."""
+    if plan.dataset.name.startswith("open:"):
+        return "passages"
+    return "paragraphs" if plan.dataset.level == "paragraph" else "candidates"
 
 
 RECALL_KS = (1, 5, 10, 20, 50, 100, 200, 500, 1000)  # the k drawn against corpus size (those within the depth)
@@ -853,12 +861,11 @@ def retrieval_recall_plots(out: Path, plan: SweepPlan, summary: dict) -> list[st
         return []
     depth = min(len(by_size[str(s)]) for s in sizes)
     ks = [k for k in RECALL_KS if k <= depth] + ([depth] if depth not in RECALL_KS else [])
-    unit = "paragraphs" if plan.dataset.level == "paragraph" else "passages"
     name = f"{plan.dataset.name} {plan.dataset.split}"
     written = []
     if len(sizes) > 1:
         curves = [{"label": f"recall@{k}", "x": sizes, "y": [by_size[str(s)][k - 1] for s in sizes]} for k in ks]
-        written += plot_curves(curves, out / "retrieval_recall_vs_corpus_size", xlabel=f"corpus size ({unit})",
+        written += plot_curves(curves, out / "retrieval_recall_vs_corpus_size", xlabel=f"corpus size ({size_unit(plan)})",
                                ylabel="answer recall@k of the ranking", logx=max(sizes) >= 20 * min(sizes),
                                title=f"{name}: answer recall@k vs corpus size ({summary['questions']:,} questions)")
     curves = [{"label": f"{s:,}", "x": list(range(1, depth + 1)), "y": by_size[str(s)][:depth]} for s in sizes]

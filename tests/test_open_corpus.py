@@ -741,7 +741,8 @@ def test_open_sweep_uniform_nested_levels(files, tmp_path):
 
     out = tmp_path / "sweep"
     argv = ["--dataset", f"open:{files['tsv']}+{files['qa']}", "--reader", str(READER), "--corpus-sizes", "50,0.5,all",
-            "--n", "1-3", "--depth", "8", "--no-ordinal", "--limit", "6", "--bootstrap", "20", "--metrics", "em,f1", "--out", str(out)]
+            "--n", "1-3", "--depth", "8", "--no-ordinal", "--limit", "6", "--bootstrap", "20", "--metrics", "em,f1",
+            "--weighting", "log-trapezoid", "--out", str(out)]
     assert main(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     n = len(files["passages"])
@@ -762,6 +763,14 @@ def test_open_sweep_uniform_nested_levels(files, tmp_path):
         for k in (1, 2, 3):
             assert curve[k - 1] == pytest.approx(float(agg[(size, f"top:{k}")]["answer_recall_mean"]), abs=1e-6)
     assert (out / "retrieval_recall_vs_corpus_size.png").is_file() and (out / "retrieval_recall_vs_k.png").is_file()
+    # regret over log size (sizes spread over decades): the area between the curves drawn on a log axis
+    regret = summary["regret"]
+    em = {name: np.array(v) for name, v in summary["em_by_size"].items()}
+    best = np.max([v for name, v in em.items() if name != "oracle"], axis=0)
+    logs = np.log(summary["corpus_sizes"])
+    for name in ("top:1", "top:3"):
+        want = np.trapezoid(best - em[name], logs) / (logs[-1] - logs[0])
+        assert regret["weighting"] == "log-trapezoid" and regret["systems"][name]["mean"] == pytest.approx(want, abs=1e-6)
     from pipeline.sweep_report import report
 
     text = report(out, [1, 3])

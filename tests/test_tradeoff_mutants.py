@@ -41,6 +41,10 @@ def test_regret_is_the_area_between_the_curves_over_the_size_range(args):
         want = gap[0]
     np.testing.assert_allclose(regret(table, sizes, ref), want, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(regret(table, sizes, ref, weighting="uniform"), gap.mean(axis=0), rtol=1e-9, atol=1e-9)
+    if len(sizes) > 1:  # the area between the curves drawn over log size, divided by the log size range
+        logs = np.log(sizes)
+        want_log = np.trapezoid(gap, logs, axis=0) / (logs[-1] - logs[0])
+        np.testing.assert_allclose(regret(table, sizes, ref, weighting="log-trapezoid"), want_log, rtol=1e-9, atol=1e-9)
     w = size_weights(sizes)
     assert w.shape == sizes.shape and w.sum() == pytest.approx(1.0)
     np.testing.assert_allclose(size_weights(sizes, "uniform"), np.full(len(sizes), 1 / len(sizes)))
@@ -65,10 +69,12 @@ def test_regret_errors_name_the_problem():
         size_weights([[1.0, 2.0]])
     with pytest.raises(UserError, match=r"strictly increasing, got \[1.0, 1.0\]"):
         size_weights([1, 1])
-    with pytest.raises(UserError, match="weighting 'simpson': use one of trapezoid, uniform"):
+    with pytest.raises(UserError, match="weighting 'simpson': use one of trapezoid, log-trapezoid, uniform"):
         size_weights([1, 2], "simpson")
     with pytest.raises(UserError, match="weighting 'simpson'"):
         size_weights([1], "simpson")  # checked before the one-size shortcut
+    with pytest.raises(UserError, match=r"log-trapezoid weights need positive corpus sizes, got \[0.0, 5.0\]"):
+        size_weights([0, 5], "log-trapezoid")
     with pytest.raises(UserError, match=r"table must be \[sizes, systems\], got shape \(3,\)"):
         gaps(np.zeros(3))
     with pytest.raises(UserError, match="reference mask"):
