@@ -47,7 +47,9 @@ def plot_curves(
     import matplotlib.pyplot as plt
 
     # the legend goes below the axes, so it never hides a curve however many there are
-    legend_rows = -(-len(curves) // 3)
+    longest = max((len(str(c["label"])) for c in curves), default=0)
+    columns = max(1, min(3 if longest <= 25 else 2 if longest <= 45 else 1, len(curves)))  # long labels: fewer columns
+    legend_rows = -(-len(curves) // columns)
     fig, ax = plt.subplots(figsize=(6.4, 4.0 + 0.2 * legend_rows), dpi=110, layout="constrained")
     colors = plt.get_cmap("viridis")(np.linspace(0.05, 0.9, max(len(curves), 1)))
     for color, c in zip(colors, curves):
@@ -74,7 +76,7 @@ def plot_curves(
         ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     if curves:
-        fig.legend(loc="outside lower center", ncol=min(3, len(curves)), fontsize=7.5, frameon=False)
+        fig.legend(loc="outside lower center", ncol=columns, fontsize=7.5, frameon=False)
     return save_figure(fig, stem)
 
 
