@@ -119,18 +119,24 @@ def has_answer(text: str, answers: Sequence[str], match: str = "string") -> bool
     return AnswerMatcher(answers, match)(text)
 
 
+# passages whose texts one block holds (with their folded and tokenized forms): 16,384 of DPR's 100-word passages
+# are about 10 MB of text, so a block is a few tens of MB at any depth (128 questions at depth 1000 were ~250 MB)
+BLOCK_PASSAGES = 16_384
+
+
 def has_answer_matrix(
     rows: np.ndarray,
     fetch: Callable[[np.ndarray], Sequence[str]],
     answers: Sequence[Sequence[str]],
     match: str = "string",
-    block: int = 128,
+    block: int | None = None,
     progress: bool = False,
 ) -> np.ndarray:
     """``[Q, K]`` bool: the passage at ``rows[q, j]`` (``-1`` = none) has an answer of question q.
 
     ``fetch(unique_rows)`` returns the texts of those corpus rows (title excluded);
-    they are fetched one block of questions at a time, so memory stays bounded
+    they are fetched one block of ``block`` questions at a time (default: as many as
+    make :data:`BLOCK_PASSAGES` passages at this depth), so memory stays bounded
     whatever the depth and the number of questions.
     """
     from tqdm.auto import tqdm
@@ -138,6 +144,8 @@ def has_answer_matrix(
     rows = np.asarray(rows, dtype=np.int64)
     if rows.ndim != 2 or rows.shape[0] != len(answers):
         raise ValueError(f"rows {rows.shape} must be [Q, K] with Q = {len(answers)} answer lists")
+    if block is None:
+        block = max(1, BLOCK_PASSAGES // max(rows.shape[1], 1))
     out = np.zeros(rows.shape, dtype=bool)
     starts = range(0, rows.shape[0], block)
     for lo in tqdm(starts, desc="has_answer", unit="block", disable=not progress, leave=False):

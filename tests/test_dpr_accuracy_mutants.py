@@ -147,6 +147,24 @@ def test_has_answer_matrix_shapes_and_empty_rows():
         has_answer_matrix(rows[0], lambda r: [], answers[:1])
 
 
+def test_has_answer_matrix_fetches_a_bounded_number_of_passages_at_any_depth(monkeypatch):
+    """The default block holds about BLOCK_PASSAGES passages whatever the depth: deep rankings fetch fewer
+    questions at a time (the memory of a block does not grow with k), and the matrix is the same as with
+    one question per block."""
+    import eval.dpr_accuracy as dpr
+
+    monkeypatch.setattr(dpr, "BLOCK_PASSAGES", 64)
+    rng = np.random.default_rng(3)
+    texts = [f"passage {i} about {'paris' if i % 7 == 0 else 'rome'}" for i in range(5000)]
+    answers = [["paris"], ["rome"], ["nowhere"]] * 20
+    for depth in (4, 16, 1000):
+        rows = rng.integers(-1, len(texts), size=(len(answers), depth))
+        sizes = []
+        got = has_answer_matrix(rows, lambda r: sizes.append(len(r)) or [texts[i] for i in r], answers)
+        assert max(sizes) <= max(64, depth) and len(sizes) >= len(answers) * depth // max(64, depth)
+        assert got.tolist() == has_answer_matrix(rows, lambda r: [texts[i] for i in r], answers, block=1).tolist()
+
+
 def test_top_k_by_hand():
     mask = np.array([[0, 0, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 1], [0, 1, 0, 0]], dtype=bool)
     assert first_hit(mask).tolist() == [2, 0, 4, 3, 1]
