@@ -28,6 +28,7 @@ import numpy as np
 from data.errors import UserError
 from data.io import write_json
 from pipeline.config import RunConfig
+from retrievers.base import release
 
 
 @dataclass
@@ -123,6 +124,9 @@ def _run(config: RunConfig, engine, flags: dict | None) -> RunResult:
         per_query: dict = {}
         metrics["retrieval"] = retrieval_metrics(ranking, dataset, per_query)
     extra = {**run_facts(retriever, engine), **_data_facts(config, dataset, train)}
+    # the ranking is all that is searched: the index's readers and mapped files go before the reading, so a run
+    # over 21M passages does not hold Lucene's 2 GiB of index pages beside the reader (to_dict and save need none)
+    release(retriever)
     if notes:
         extra["notes"] = notes
     def read(stage: Path) -> dict:  # the reading stage: select, read, answer, score (into the staged outputs)

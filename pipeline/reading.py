@@ -12,6 +12,7 @@ from data.errors import UserError
 from data.io import write_json, write_jsonl
 from pipeline import stages
 from pipeline.config import ReaderConfig, RunConfig
+from retrievers.base import release
 
 
 DEFAULT_SELECTOR_DEPTH = 25  # passages an unbounded selector (the oracle) may read
@@ -59,7 +60,11 @@ def fit_selector(selector, train, retriever_factory, depth: int, read_unit: str,
         train_limit = min(train_limit or selector.fit_questions, selector.fit_questions)
     with timer("selector_fit"):
         train = limit_queries(train, train_limit)
-        ranking = stages.retrieve(retriever_factory(), train, depth, train=train)
+        retriever = retriever_factory()
+        try:
+            ranking = stages.retrieve(retriever, train, depth, train=train)
+        finally:  # its index is not searched again: its mapped files go before the reading
+            release(retriever)
         stages.fit_selector(selector, train, ranking, depth, read_unit, reader=reader, cache=cache, mu=mu)
 
 
