@@ -418,9 +418,9 @@ def peak_rss(r: dict) -> float:
     return r["peak_rss_mib"]
 
 
-def spread(ratios: list[float]) -> str:
+def spread(ratios: list[float], unit: str = "pairs") -> str:
     """`` (lowest–highest, N pairs)`` of per-pair ratios, or nothing for a single pair."""
-    return f" ({min(ratios):.2f}–{max(ratios):.2f}, {len(ratios)} pairs)" if len(ratios) > 1 else ""
+    return f" ({min(ratios):.2f}–{max(ratios):.2f}, {len(ratios)} {unit})" if len(ratios) > 1 else ""
 
 
 def search_table(results: dict, sizes: list[int]) -> list[str]:
@@ -485,8 +485,8 @@ def report(results: dict, sizes: list[int], threads: int) -> str:
             pairs = build_pairs(results["runs"][str(n)])
             ours, theirs = (float(np.median([p[i] for p in pairs])) for i in (0, 1))
             ratios = [t / o for o, t in pairs]
-            spread = f" ({min(ratios):.2f}–{max(ratios):.2f}, {len(pairs)} runs each)" if len(pairs) > 1 else ""
-            lines.append(f"| {n:,} | {ours:.1f} | {n / ours:,.0f} | {theirs:.1f} | {n / theirs:,.0f} | {theirs / ours:.2f}{spread} |")
+            lines.append(f"| {n:,} | {ours:.1f} | {n / ours:,.0f} | {theirs:.1f} | {n / theirs:,.0f} | "
+                         f"{theirs / ours:.2f}{spread(ratios, 'runs each')} |")
         if any(len(build_pairs(results["runs"][str(n)])) > 1 for n in sizes):
             lines += ["", "Seconds are medians of alternating runs (`--repeat`); the ratio is the medians', with the lowest "
                       "and highest ratio of a run pair."]

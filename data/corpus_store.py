@@ -52,8 +52,8 @@ BATCH_ROWS = 65_536
 BATCH_BYTES = 128 << 20  # keeps every string array far below Arrow's 2 GiB offset limit
 # rows fetched through the memory map between two releases of its pages (:meth:`CorpusStore._release`): a page
 # fault maps up to 64 KiB of page-cached file around it, so this bounds the mapped file to ~64 MiB (at 21M
-# passages, DPR has-answer at depth 1000 over 3,610 questions: 3.5-4.2 GiB peak RSS with 1,024, 3.9 GiB with 8,192,
-# 16.0 GiB without releasing)
+# passages, search + DPR has-answer at depth 1000 over 3,610 questions peaked at 16.0 GiB without releasing, 3.9 GiB
+# with 8,192 rows, 3.5-4.2 GiB with 1,024; 3.2 GiB once has-answer's blocks were bounded by passages)
 RELEASE_ROWS = 1024
 COLUMNS = ("id", "title", "text")
 # "contents": what retrievers and readers see, title and text as Pyserini's DPR collections
