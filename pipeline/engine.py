@@ -7,7 +7,7 @@ search as Ray tasks over query blocks.  Both engines give the same results
 (same ids, same spans; scores equal up to float rounding) and both write
 resumable shards, so a rerun after a crash picks up where it stopped.
 
-An engine offers two hooks:
+An engine offers these hooks:
 
 * ``adapt_retriever(retriever)`` returns the retriever to run (the Ray engine
   swaps BM25 and dense retrievers, also inside fused ones, for subclasses
@@ -15,7 +15,10 @@ An engine offers two hooks:
 * ``prepare_reader(reader)`` loads (local) or checks (Ray) the reader up
   front, so a bad model fails before any work;
 * ``read_pairs(reader, questions, passages, cache)`` reads pairs like
-  :meth:`readers.extractive.ExtractiveReader.read_pairs`.
+  :meth:`readers.extractive.ExtractiveReader.read_pairs`;
+* ``reader_facts(reader)`` says how the reads were made, for the manifest
+  (:meth:`readers.extractive.ExtractiveReader.facts` of the reader that read:
+  this process's, or on Ray an actor's).
 
 On CUDA out-of-memory the reader's batch is halved and the read retried
 (chunks already read come from the read cache); the encoder halves its own
@@ -47,6 +50,9 @@ class LocalEngine:
 
     def read_pairs(self, reader, questions: Sequence[str], passages: Sequence[str], cache=None):
         return read_pairs_halving(reader, list(questions), list(passages), cache=cache)
+
+    def reader_facts(self, reader) -> dict[str, Any]:
+        return reader.facts()
 
     def info(self) -> dict[str, Any]:
         return {"engine": self.name}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import json
 import math
 import os
 from pathlib import Path
@@ -257,10 +258,21 @@ class RayEngine:
             )
             with tqdm(total=len(plan.todo), desc="reading (ray)", unit="pair", leave=False) as bar:
                 for row in _rows(out):
+                    self._actor_facts().setdefault(reader.identity(), json.loads(str(row["facts"])))
                     rows = chunks[int(row["chunk"])]
                     plan.store(rows, _from_bytes(row["score"]), _from_bytes(row["start"]), _from_bytes(row["end"]), cache)
                     bar.update(len(rows))
         return plan.result()
+
+    def reader_facts(self, reader) -> dict[str, Any]:
+        """How the actors read (batch shape, precision, an int8 reader's recipe and agreement): what the first
+        actor that read reported; the driver's settings when every read came from the cache."""
+        return self._actor_facts().get(reader.identity()) or reader.facts()
+
+    def _actor_facts(self) -> dict[str, dict]:
+        if not hasattr(self, "actor_facts_"):
+            self.actor_facts_ = {}  # reader identity -> facts, as an actor reported them
+        return self.actor_facts_
 
     def prepare_reader(self, reader):
         """Check the reader (parameters, model, QA head) without loading it: the actors load it."""
@@ -376,6 +388,7 @@ class _ReadActor:
             ends.append(_to_bytes(reads.end_char))
         return {
             "chunk": batch["chunk"],
+            "facts": np.array([json.dumps(self.reader.facts())] * len(scores), dtype=object),
             "score": np.array(scores, dtype=object),
             "start": np.array(starts, dtype=object),
             "end": np.array(ends, dtype=object),

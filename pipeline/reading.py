@@ -119,7 +119,7 @@ def run_reader(config: RunConfig, dataset, ranking, selector, train, retriever_f
     summary.update({k: scored["summary"][k] for k in tail if k in scored["summary"]})
     info = {"reads_done": reads.n_read, "reads_reused": reads.n_reused, "read_cache": str(cache.directory),
             "passages_read": int(n.sum()), "reader_s": round(float(seconds.sum()), 3),
-            **batch_facts(reader), **scored["info"]}
+            **engine.reader_facts(reader), **scored["info"]}
     write_json(stage / "predictions.json", dict(zip(qs.question_ids, answers)))
     write_jsonl(stage / "details.jsonl", detail_rows(qs, dataset.corpus, selected, n, reads, answers, chosen, bearing, scored))
     write_jsonl(stage / "costs.jsonl", cost_rows(qs.question_ids, n, seconds))
@@ -159,20 +159,6 @@ def score_answers(answers: list[str], queries, bearing: np.ndarray, n: np.ndarra
         if bert_info.get("note"):
             print(f"note: {bert_info['note']}", file=sys.stderr)
     return {"summary": summary, "per_query": per_query, "values": scores, "recall": recall, "errors": split["kind"], "info": info}
-
-
-def batch_facts(reader) -> dict:
-    """The reader's batch shape on its device and its precision (for the manifest; an int8 reader adds its recipe
-    and how its answers agreed with float32's on held-out train questions)."""
-    loaded = hasattr(reader, "device_")
-    facts = {"reader_batch_size": reader.batch_shape(reader.device_)[0] if loaded else reader.batch_size,
-             "reader_max_batch_tokens": reader.batch_shape(reader.device_)[1] if loaded else reader.max_batch_tokens}
-    if loaded:
-        facts["reader_dtype"] = reader.dtype_
-        int8_info = getattr(getattr(reader, "model_", None), "info", None)
-        if isinstance(int8_info, dict) and int8_info:
-            facts["reader_int8"] = {k: v for k, v in int8_info.items() if k not in ("weights_bytes", "weights_crc32")}
-    return facts
 
 
 def detail_rows(queries, corpus, selected, n, reads, answers, chosen, bearing, scored) -> list[dict]:

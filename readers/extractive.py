@@ -372,6 +372,19 @@ class ExtractiveReader:
             tokens = max(CPU_TOKEN_BUDGET, int(self.max_length))
         return int(windows), (None if tokens is None else int(tokens))
 
+    def facts(self) -> dict:
+        """What a run's manifest records of this reader: its batch shape and, once loaded, the precision it reads
+        in; an int8 reader adds its recipe and how its answers agreed with float32's on held-out train questions."""
+        loaded = getattr(self, "model_", None) is not None
+        windows, tokens = self.batch_shape(self.device_) if loaded else (self.batch_size, self.max_batch_tokens)
+        facts = {"reader_batch_size": windows, "reader_max_batch_tokens": tokens}
+        if loaded:
+            facts["reader_dtype"] = self.dtype_
+            int8_info = getattr(self.model_, "info", None)
+            if isinstance(int8_info, dict) and int8_info:
+                facts["reader_int8"] = {k: v for k, v in int8_info.items() if k not in ("weights_bytes", "weights_crc32")}
+        return facts
+
     def _resolve_source(self) -> tuple[str, str | None, Path]:
         """(what from_pretrained loads, hub revision or None, a local dir holding config.json)."""
         name = ALIASES.get(self._label, self._label)

@@ -179,3 +179,36 @@ def test_ray_engine_equals_local_engine(squad_slice, local_ray, tmp_path):
     manifest = json.loads((b / "manifest.json").read_text())
     assert manifest["embedding_shards"]["computed"] == 0 and manifest["reading"]["reads_done"] == 0
     assert {name: (b / name).read_bytes() for name in before} == before
+
+
+@pytest.mark.slow
+def test_ray_reads_in_int8_as_the_local_engine_and_says_so_in_its_manifest(squad_slice, local_ray, tmp_path):
+    """``--reader-dtype int8 --engine ray``: the actors read with the cached int8 model the local run built (same
+    answers), the manifest records the actors' precision and recipe, and int8 reads are never served to float32."""
+    import torch
+
+    from pipeline.run import main
+
+    cache, _ = local_ray
+    int8 = ["--retriever", "bm25", "--reader-dtype", "int8"]
+    env = dict(os.environ, QA_CACHE_DIR=str(cache), QA_SHARD_ROWS=SHARD_ROWS, TQDM_DISABLE="1")
+    local = subprocess.run([sys.executable, "-m", "pipeline.run", *flags(squad_slice, tmp_path / "local"), *int8], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert local.returncode == 0, local.stderr[-2000:]
+    a, b = tmp_path / "local", tmp_path / "ray"
+    threads = torch.get_num_threads()
+    try:
+        assert main([*flags(squad_slice, b), *int8, "--engine", "ray", "--ray-actors", "2"]) == 0
+        on_ray = json.loads((b / "manifest.json").read_text())["reading"]
+        assert json.loads((a / "predictions.json").read_text()) == json.loads((b / "predictions.json").read_text())
+        # the same command in float32 on the same output (and read cache): every pair is read again
+        assert main([*flags(squad_slice, b), *int8[:2], "--reader-dtype", "float32", "--engine", "ray", "--ray-actors", "2"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    here = json.loads((a / "manifest.json").read_text())["reading"]
+    assert on_ray["reads_done"] == here["reads_done"] > 0
+    assert on_ray["reader_dtype"] == here["reader_dtype"] == "int8"
+    assert on_ray["reader_int8"] == here["reader_int8"] and "identical_percent" in json.dumps(on_ray["reader_int8"])
+    in_float = json.loads((b / "manifest.json").read_text())["reading"]
+    assert in_float["reader_dtype"] == "float32" and "reader_int8" not in in_float
+    assert in_float["reads_done"] == here["reads_done"] and in_float["reads_reused"] == 0
