@@ -499,7 +499,7 @@ def run_sweep(config: SweepConfig, out: Path, timer: Timer) -> dict:
                        f"  reads done {result.info['reads_done']} reused {result.info['reads_reused']}")
         save_level(out, size, seed, result, meta)
         levels[(size, seed)] = result
-    return {"plan": plan, "levels": levels, "train": setup.train}
+    return {"plan": plan, "levels": levels, "train": setup.train, "reader": setup.reader.facts()}
 
 
 def evaluate_new_level(setup: SweepSetup, size: int, rows: np.ndarray, t_rows: np.ndarray | None, timer: Timer) -> LevelResult:
@@ -945,5 +945,5 @@ def run_sweep_experiment(config: SweepConfig, *, flags: dict | None = None) -> S
         sources.update({f"train:{k}": v for k, v in state["train"].sources.items()})
     manifest = write_manifest(out, command="pipeline.sweep", config=config.to_dict(), seed=plan.seeds, sources=sources,
                               timings=timer.timings, extra={"flags": flags or {}, "fingerprint": config.fingerprint(),
-                                                            "levels": {f"{s}/{d}": r.info for (s, d), r in levels.items()}})
+                                                            "reader": state["reader"], "levels": {f"{s}/{d}": r.info for (s, d), r in levels.items()}})
     return SweepResult(summary, agg["rows"], agg["agg_rows"], out, manifest)

@@ -198,6 +198,16 @@ def test_pipeline_run_reads_in_int8_and_says_so_in_its_manifest(tmp_path):
     assert manifest_value(manifest, "reads_done") == manifest_value(manifest32, "reads_done") > 0
     assert manifest_value(manifest, "reads_reused") == 0
 
+    # the sweep reads in int8 too and its manifest says so (the recipe and the agreement it was built with)
+    out = tmp_path / "sweep"
+    done = subprocess.run([sys.executable, "-m", "pipeline.sweep", "--dataset", "squad_open", "--reader", str(READER),
+                           "--reader-dtype", "int8", "--n", "1-2", "--corpus-sizes", "x1", "--every", "700", "--limit", "6",
+                           "--no-plots", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    swept = json.loads((out / "manifest.json").read_text())
+    assert swept["reader"]["reader_dtype"] == "int8"
+    assert swept["reader"]["reader_int8"] == manifest_value(manifest, "reader_int8")
+
 
 def manifest_value(manifest: dict, key: str):
     def find(node):
