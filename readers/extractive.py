@@ -96,7 +96,8 @@ class ReadCache:
     text is part of the key).  A shard whose bytes no longer match the CRC-32
     in its name (or, written before names carried one, that its zip checks
     reject) is removed with one ``warning:`` line and its pairs are read again:
-    a damaged shard is never served.
+    a damaged shard is never served.  A shard's temporary file left by a killed
+    writer is removed by a later load once it is an hour old.
     """
 
     def __init__(self, directory: str | os.PathLike):
@@ -117,6 +118,8 @@ class ReadCache:
         directory = Path(self.directory)
         if directory.exists() and not directory.is_dir():
             raise UserError(f"{directory}: read cache must be a directory")
+        if directory.is_dir():
+            _remove_orphaned_shards(directory)
         keys, scores, starts, ends = [], [], [], []
         for shard in sorted(directory.glob("reads-*.npz")) if directory.is_dir() else []:
             try:
@@ -173,6 +176,24 @@ class ReadCache:
         self._end = np.concatenate([self._end, end_char])
         for i, k in enumerate(keys):
             self._index[k] = base + i
+
+
+ORPHAN_AGE_S = 3600.0  # a shard is published within milliseconds of its temporary file's creation
+
+
+def _remove_orphaned_shards(directory: Path) -> None:
+    """Remove the temporary files of shards whose writer was killed before publishing them (``.reads-*.tmp``,
+    left by a SIGKILL or a power cut): those older than :data:`ORPHAN_AGE_S`, so another run's shard being
+    written now is never touched."""
+    import time
+
+    now = time.time()
+    for tmp in directory.glob(".reads-*.tmp"):
+        try:
+            if now - tmp.stat().st_mtime > ORPHAN_AGE_S:
+                tmp.unlink()
+        except FileNotFoundError:  # published or removed meanwhile
+            continue
 
 
 def _read_shard(shard: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import string
+import time
 import zipfile
 from pathlib import Path
 
@@ -171,9 +172,14 @@ def test_cache_reuses_every_read_with_identical_outputs(squad_dev, reader, tmp_p
     first = reader.read_pairs(questions + questions[:1], passages + passages[:1], cache=ReadCache(tmp_path))
     assert (first.n_read, first.n_reused) == (9, 0)
     assert first.text[9] == first.text[0]
+    # what a writer killed while publishing a shard leaves: its temporary file (removed once old), not another's
+    killed, writing = tmp_path / ".reads-0a.3f2e1d00.npz.x1.tmp", tmp_path / ".reads-0b.3f2e1d00.npz.x2.tmp"
+    killed.write_bytes(b"PK\x03\x04 half"), writing.write_bytes(b"PK\x03\x04 half")
+    os.utime(killed, (time.time() - 2 * 3600,) * 2)
     fresh = ExtractiveReader(str(READER), dtype="float32", progress=False)  # new process-like reader: no model loaded yet
     again = fresh.read_pairs(questions, passages, cache=ReadCache(tmp_path))
     assert (again.n_read, again.n_reused) == (0, 9)
+    assert not killed.exists() and writing.exists()
     assert getattr(fresh, "model_", None) is None  # everything came from the cache
     assert again.text == first.text[:9]
     np.testing.assert_array_equal(again.score, first.score[:9])
