@@ -353,7 +353,11 @@ def load_open(split, *, data_dir, data_file, arg=None, skip_bad_records=False, l
         sources["skipped_records"] = skipped
     sources["answer_match"] = spec.match
     sources["known_gold_questions"] = int(sum(1 for g in known_gold if g.size))
-    name = spec.name or "open:" + _short(spec.corpus) + "+" + _short(spec.questions)
+    corpus_name = _short(spec.corpus)
+    if str(store.directory) == corpus_sources.get("corpus_store") == str(Path(spec.corpus.path)) and store.manifest.get("source"):
+        built_from = str(store.manifest["source"])  # a store named as the corpus: called after what it was built from
+        corpus_name = built_from.rstrip("/") if built_from.startswith("hf:") else Path(built_from).name
+    name = spec.name or "open:" + corpus_name + "+" + _short(spec.questions)
     return Dataset(name=name, split=split, corpus=corpus, queries=queries, sources=sources, level="paragraph")
 
 
@@ -363,6 +367,24 @@ def _short(source) -> str:
     if source.kind == "squad":
         return "squad"
     return Path(source.path).name
+
+
+def _named_store(path: Path):
+    """A corpus store directory named as the corpus (``store@DIR``): checked, never removed (it is the user's
+    corpus now, perhaps without its source file); its sources entry names the file it was built from."""
+    from data.corpus_store import check_store, open_store
+
+    if not path.is_dir():
+        raise UserError(f"{path}: not a directory (open: corpus store@DIR)")
+    problem = check_store(path)
+    if problem is not None:
+        hint = " (a store keeps its key as its directory's name)" if "names the store" in problem else ""
+        raise UserError(f"{path}: not a usable corpus store: {problem}{hint}")
+    store = open_store(path)
+    built_from = store.manifest.get("source")
+    sources = {str(built_from): str(store.manifest.get("sha256", ""))} if built_from else {}
+    sources.update({"corpus_store": str(path), "_skipped": int(store.manifest.get("skipped_records", 0) or 0)})
+    return store, sources
 
 
 def open_corpus_store(source, skip_bad_records: bool = False):
@@ -396,6 +418,8 @@ def open_corpus_store(source, skip_bad_records: bool = False):
     if not path.exists():
         raise UserError(f"{path}: no such file or directory (open: corpus)")
     fmt = source.format or detect_corpus_format(path)
+    if fmt == "store":
+        return _named_store(path)
     files = corpus_files(path, fmt)
     digest = file_digest(files[0]) if len(files) == 1 and files[0] == path else tree_digest(files, path if path.is_dir() else path.parent)
     bad = BadRecords(skip_bad_records)

@@ -17,11 +17,16 @@ CORPUS is ``[FORMAT@]PATH`` or ``hf:wiki_dpr[/CONFIG]``; FORMAT is one of
 * ``pyserini``: a Pyserini JsonCollection file or directory of ``.json``/
   ``.jsonl[.gz]`` files (``{"id", "contents"}`` per line; ``contents`` is
   ``title\\ntext`` as in Pyserini's DPR collections, the first line being the
-  title when there is more than one line).
+  title when there is more than one line);
+* ``store``: a corpus store directory built by an earlier run
+  (``$QA_CACHE_DIR/corpus_store/<key>``, the ``corpus_store`` the run's manifest
+  names): the corpus it holds, without its source file, which may be deleted
+  once the store is built (:func:`data.open_domain.open_corpus_store`).
 
 Without FORMAT it is inferred (``.tsv`` -> dpr-tsv; a directory with
-``corpus.jsonl`` -> beir; other directories -> pyserini; JSONL by the keys of
-its first record).
+``corpus.jsonl`` -> beir; a directory with ``passages.arrow`` and
+``manifest.json`` -> store; other directories -> pyserini; JSONL by the keys
+of its first record).
 
 QUESTIONS is ``[FORMAT@]PATH``, ``squad`` (the SQuAD v1.1 file of the split,
 found as ``squad_open`` finds it) or ``hf:nq_open``, ``hf:trivia_qa[/CONFIG]``
@@ -58,7 +63,7 @@ import numpy as np
 
 from data.errors import UserError
 
-CORPUS_FORMATS = ("dpr-tsv", "beir", "pyserini")
+CORPUS_FORMATS = ("dpr-tsv", "beir", "pyserini", "store")
 QUESTION_FORMATS = ("dpr-csv", "jsonl", "squad", "dpr-json")
 HF_QUESTIONS = ("nq_open", "trivia_qa", "web_questions")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
@@ -208,6 +213,8 @@ def detect_corpus_format(path: Path) -> str:
     if path.is_dir():
         if any((path / n).is_file() for n in ("corpus.jsonl", "corpus.jsonl.gz")):
             return "beir"
+        if (path / "passages.arrow").is_file() and (path / "manifest.json").is_file():
+            return "store"
         return "pyserini"
     name = path.name.lower()
     if name.endswith((".tsv", ".tsv.gz")):

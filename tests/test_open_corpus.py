@@ -646,6 +646,52 @@ def test_cli_top_k_accuracy_equals_pyserini(files, tmp_path, capsys):
     assert metrics["retrieval"]["reqa"]["sentence"]["R@1"] == pytest.approx(dpr["accuracy"]["Top1"])
 
 
+def test_the_built_store_is_the_corpus_once_its_file_is_gone(files, tmp_path):
+    """``open:STORE_DIR+QUESTIONS`` (or ``store@DIR``): the store an earlier run built, named as the corpus, gives
+    the same run with the TSV deleted, searching the index built for it; a damaged or renamed store named so is
+    one error line, and is left where it is (it may be the only copy of the corpus)."""
+    import shutil
+
+    cache, tsv = tmp_path / "cache", tmp_path / "psgs_w100.tsv"
+    shutil.copy(files["tsv"], tsv)
+    env = {"QA_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "QA_DATA_DIR": str(DATA),
+           "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
+
+    def run(corpus, out):
+        return subprocess.run([sys.executable, "-m", "pipeline.run", "--dataset", f"open:{corpus}+{files['qa']}",
+                               "--retriever", "bm25", "--depth", "20", "--out", str(tmp_path / out)],
+                              cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+
+    assert run(tsv, "from-tsv").returncode == 0
+    store = Path(json.loads((tmp_path / "from-tsv" / "manifest.json").read_text())["data"]["corpus_store"])
+    assert store.parent == cache / "corpus_store"
+    tsv.unlink()
+    for corpus, out in ((store, "from-store"), (f"store@{store}", "from-store-at")):
+        done = run(corpus, out)
+        assert done.returncode == 0, done.stderr[-2000:]
+        for name in ("run.trec", "metrics.json", "per_query.jsonl"):  # the dataset keeps the TSV's name
+            assert (tmp_path / out / name).read_bytes() == (tmp_path / "from-tsv" / name).read_bytes(), (out, name)
+        manifest = json.loads((tmp_path / out / "manifest.json").read_text())
+        assert manifest["data"]["corpus_store"] == str(store)
+        assert manifest["data"][str(tsv)] == json.loads((tmp_path / "from-tsv" / "manifest.json").read_text())["data"][str(tsv)]
+        assert [i["index_check"]["checksums"] for i in manifest["indexes"]] == ["unchanged since checked"]
+    renamed = tmp_path / "my-wikipedia"
+    shutil.copytree(store, renamed)
+    with open(store / "passages.arrow", "r+b") as f:  # a flipped byte in the texts
+        f.seek(f.seek(0, 2) // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    for corpus, message in ((store, "passages.arrow: checksum mismatch"), (renamed, "names the store"),
+                            (tmp_path, "not a usable corpus store")):
+        done = run(f"store@{corpus}", "bad")
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+        assert line.startswith(f"error: {corpus}: not a usable corpus store") and message in line, line
+        assert not (tmp_path / "bad" / "metrics.json").exists()
+    assert (store / "passages.arrow").is_file()  # named by the user: reported, never removed
+
+
 def test_regex_answers_top_k_equals_pyserini(files, tmp_path):
     from data.registry import load_dataset
     from eval.dpr_accuracy import write_dpr_retrieval_json
