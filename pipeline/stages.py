@@ -214,7 +214,8 @@ def answer_scores(reads: TopReads, passages: Passages, mu: float = 1.0) -> np.nd
 
 def select_n(selector, passages: Passages, first_relevant_rank: np.ndarray, reads: TopReads | None = None,
              mu: float = 1.0) -> np.ndarray:
-    """Passages to read per query: the selector's n, at least 1, never past a query's real passages.
+    """Passages to read per query: the selector's n, at least 1, never past a query's real passages (so 0 for a
+    query that retrieved none: there is nothing to read, and its answer is empty).
 
     A selector with the reader in the loop (``reads_answers``) decides on ``reads`` of its top τ (the sweep
     has them cached); :func:`read_until` is how a run reads only up to each stop.
@@ -225,8 +226,8 @@ def select_n(selector, passages: Passages, first_relevant_rank: np.ndarray, read
         n = selector.predict(passages.retriever_scores, first_relevant_rank, answer_scores=answer_scores(reads, passages, mu))
     else:
         n = selector.predict(passages.retriever_scores, first_relevant_rank=first_relevant_rank)
-    real = np.maximum((passages.keys >= 0).sum(axis=1), 1)
-    return np.clip(np.minimum(n, real), 1, passages.depth).astype(np.int64)
+    real = (passages.keys >= 0).sum(axis=1)
+    return np.minimum(np.clip(n, 1, passages.depth), real).astype(np.int64)
 
 
 def take_top(passages: Passages, n: np.ndarray) -> Passages:
@@ -273,7 +274,7 @@ def read_until(selector, reader, questions: Sequence[str], passages: Passages, c
         stop = np.where(stop == 0, found, stop)
         if progress:
             print(f"read rank {j + 1}: {active.size} questions read, {int((stop > 0).sum())}/{q_count} stopped", file=sys.stderr)
-    n = np.maximum(np.where(stop > 0, stop, n_read), 1).astype(np.int64)
+    n = np.minimum(np.maximum(np.where(stop > 0, stop, n_read), 1), real).astype(np.int64)  # 0: nothing retrieved
     return TopReads(scores, texts, done, reused), n, seconds
 
 

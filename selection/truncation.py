@@ -54,12 +54,15 @@ def position_features(scores: np.ndarray, tau: int) -> tuple[np.ndarray, np.ndar
     top = scores[:, :tau]
     q, width = top.shape
     m = np.minimum(valid_counts(top), width)
+    if width:
+        m = np.where(np.isfinite(top[:, 0]), m, 0)  # a query that retrieved nothing has no positions
     real = np.arange(width)[None, :] < m[:, None]
     filled = np.where(real, top, 0.0)
-    last = filled[np.arange(q), m - 1][:, None]
+    last = filled[np.arange(q), np.maximum(m - 1, 0)][:, None]
     filled = np.where(real, filled, last)  # padding repeats the last real score: drops beyond it are 0
     confidence = np.zeros((q, tau))
     confidence[:, :width] = normalize_scores(top, width, "softmax")[:, :width]
+    confidence[m == 0] = 0.0
     out = np.zeros((q, tau, len(FEATURES)))
     out[:, :width, 0] = filled
     out[:, :, 1] = confidence

@@ -782,6 +782,33 @@ def test_open_run_with_reader_and_mu(files, tmp_path):
 
 
 @pytest.mark.skipif(not READER.is_dir(), reason="reader model missing")
+def test_a_question_that_retrieves_nothing_reads_nothing(files, tmp_path):
+    """A question none of whose words is in the corpus retrieves no passage: with any selector (a learned one
+    fitted on training questions that include such a question too) it reads 0 passages and answers nothing,
+    and the run's other questions are read as usual."""
+    for split in ("dev", "train"):
+        rows = files["questions"][:5] if split == "dev" else files["questions"][5:25]
+        with open(tmp_path / f"q-{split}.qa.csv", "w", encoding="utf-8") as f:
+            for q, answers in [*rows[:2], ("Zyzzyva qwertyuiop?", ["Xylograph"]), *rows[2:]]:
+                f.write(f"{q}\t{answers!r}\n")
+    spec = f"open:{files['tsv']}+{tmp_path}/q-{{split}}.qa.csv"
+    for selector in ("top:2", "gap:4", "rlt:4"):
+        out = tmp_path / selector.replace(":", "-")
+        _run(["--dataset", spec, "--retriever", "bm25", "--depth", "4", "--reader", str(READER),
+              "--selector", selector, "--metrics", "em,f1", "--out", str(out)])
+        details = [json.loads(x) for x in (out / "details.jsonl").read_text().splitlines()]
+        assert [d["question"] for d in details][2] == "Zyzzyva qwertyuiop?"
+        empty = details[2]
+        assert (empty["n"], empty["passages"], empty["read"], empty["answer"]) == (0, [], [], ""), selector
+        assert empty["em"] == 0 and empty["error"] == "retrieval"
+        others = details[:2] + details[3:]
+        assert all(1 <= d["n"] == len(d["passages"]) == len(d["read"]) <= 4 for d in others), selector
+        reading = json.loads((out / "metrics.json").read_text())["reading"]
+        assert reading["mean_n"] == pytest.approx(sum(d["n"] for d in details) / 6)
+        assert json.loads((out / "predictions.json").read_text())[empty["id"]] == ""
+
+
+@pytest.mark.skipif(not READER.is_dir(), reason="reader model missing")
 def test_open_run_closes_its_index_before_reading(files, tmp_path):
     """pipeline.run reads after it has searched: the BM25 index's files are unmapped by then (over 21M passages
     they are 2 GiB of resident pages next to the reader), and the run's outputs are whole."""
