@@ -139,6 +139,8 @@ def load_dataset(
     split = SPLIT_ALIASES.get(split, split)
     language = check_language(language)
     loader, arg = resolve(name)
+    if data_file and not Path(data_file).is_file():
+        raise UserError(f"{data_file}: no such file (--data-file)")
     kwargs = {}
     if language is not None and "language" in inspect.signature(loader).parameters:
         kwargs["language"] = language

@@ -40,7 +40,7 @@ import numpy as np
 
 from data.errors import UserError
 from data.io import write_text
-from pipeline.cli import main_guard
+from pipeline.cli import main_guard, make_out_dir
 
 RETRIEVAL_DEFAULTS = ("rr", "r@10", "ndcg@10", "r@100")
 
@@ -392,6 +392,8 @@ def main(argv=None) -> int:
         baseline = match[0]
     if args.resamples < 1 or not 0 < args.alpha < 1:
         raise UserError("--resamples must be >= 1 and --alpha in (0, 1)")
+    if args.out:
+        make_out_dir(args.out, "compare")  # an unusable --out is one line before any work
     result = compare(runs, metrics, args.test, args.correction, baseline, args.alpha, args.resamples, args.seed)
     print(markdown(result))
     if args.out:

@@ -101,7 +101,7 @@ class SweepDataConfig(DataConfig):
                                 " e.g. 2067,5000,10000,all or x1,x2,x5,x10")
     seeds: str = setting("1", "--seeds", "number of noise samples K (seeds 1..K) or a list of seeds, e.g. 3,7")
     train_limit: Optional[int] = setting(2000, "--train-limit", "training questions (whole articles, seeded)", ge=1)
-    train_seed: int = setting(13, "--train-seed", "seed of the training-question sample")
+    train_seed: int = setting(13, "--train-seed", "seed of the training-question sample", ge=0, le=2**32 - 1)
 
 
 # ------------------------------------------------------------------ retrieval
@@ -208,7 +208,7 @@ class ReaderConfig(Section):
     dtype: ReaderDtype = setting("auto", "--reader-dtype", "reader precision: auto (bf16/fp16 autocast on CUDA; on the CPU"
                                  " bf16 where it has native bf16, else float32), float32, bfloat16, float16, int8 (CPU: the checkpoint"
                                  " quantized once and cached, its answers checked against float32 on SQuAD train; only when asked)")
-    mu: float = setting(1.0, "--mu", "BERTserini interpolation: (1-mu)*retriever + mu*reader")
+    mu: float = setting(1.0, "--mu", "BERTserini interpolation: (1-mu)*retriever + mu*reader", ge=0, le=1)
     read_cache: Optional[str] = setting(None, "--read-cache", "directory of cached reads (default: <out>/reads)", volatile=True)
 
     @model_validator(mode="after")
@@ -336,13 +336,15 @@ class RunConfig(Config):
 
     data: DataConfig = Field(default_factory=DataConfig)
     retriever: RetrieverConfig = Field(default_factory=RetrieverConfig)
-    selector: str = setting("top:5", "--selector", "top:N, threshold:THETA[,TAU], ordinal[:TAU], oracle, or a plugin's")
+    selector: str = setting("top:5", "--selector", "how many passages to read: top:N, threshold:θ[,τ], ordinal[:τ],"
+                            " gap[:τ[,b]], rlt[:τ[,λ]], confidence[:τ], oracle, or a plugin's (docs: Selectors)")
     reader: ReaderConfig = Field(default_factory=ReaderConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     threads: Optional[int] = setting(None, "--threads", "CPU threads for torch (default: the cores this process may use)",
                                      volatile=True, ge=1)
-    seed: int = setting(13, "--seed")
+    seed: int = setting(13, "--seed", "seed of everything sampled (FAISS training sample, learned fusers, intervals)",
+                        ge=0, le=2**32 - 1)
 
     @field_validator("selector")
     @classmethod
@@ -536,6 +538,8 @@ def describe_error(err: dict, origin: dict) -> str:
     ctx = err.get("ctx") or {}
     if err["type"] == "greater_than_equal":
         msg = f"must be >= {ctx.get('ge')}"
+    elif err["type"] == "less_than_equal":
+        msg = f"must be <= {ctx.get('le')}"
     elif err["type"] == "literal_error":
         msg = f"use {str(ctx.get('expected', '')).replace(chr(39), '')}"
     elif err["type"] == "extra_forbidden":

@@ -227,6 +227,11 @@ def flag_cases(good_file, tmp_path):
         "unknown_engine": (data + ["--engine", "spark"], ["--engine", "'spark'", "'local', 'ray'"]),
         "reader_token_budget_below_max_length": (data + reader + ["--reader-token-budget", "100"], ["--reader-token-budget) 100", "384"]),
         "ray_actors_zero": (data + ["--engine", "ray", "--ray-actors", "0"], ["--ray-actors 0", "must be >= 1"]),
+        # checked before the reader loads or anything is read (it was found only when answers were combined)
+        "mu_above_one": (data + reader + ["--mu", "2"], ["--mu 2.0", "must be <= 1", "reader.mu"]),
+        "mu_negative": (data + ["--mu", "-0.5"], ["--mu -0.5", "must be >= 0", "reader.mu"]),
+        "seed_negative": (data + ["--seed", "-3"], ["--seed -3", "must be >= 0", "(setting seed)"]),
+        "data_file_missing": (["--data-file", str(tmp_path / "nope.json")], ["nope.json: no such file (--data-file)"]),
     }
 
 
@@ -235,7 +240,8 @@ FLAG_CASES = sorted([
     "reader_dir_without_config", "unknown_selector", "bad_selector_parameter", "fusion_opt_without_value",
     "fusion_opt_unknown_key", "config_not_yaml", "config_unknown_setting", "out_is_a_file", "out_under_a_file",
     "read_cache_is_a_file", "unknown_device", "depth_zero", "depth_not_a_number", "limit_negative", "unknown_engine",
-    "reader_token_budget_below_max_length", "ray_actors_zero",
+    "reader_token_budget_below_max_length", "ray_actors_zero", "mu_above_one", "mu_negative", "seed_negative",
+    "data_file_missing",
 ])
 
 

@@ -176,6 +176,10 @@ def test_compare_p_values_are_scipys(reqa_bm25, reqa_zscore, tmp_path):
     md = proc.stdout
     assert "| a | `bm25` |" in md and "<sup>a</sup>" in md.split("| b | `zscore` |")[1].splitlines()[0]  # z-score beats BM25 here
     assert (out / "compare.tex").read_text().startswith("\\begin{tabular}") and (out / "compare.md").is_file()
+    # an --out that cannot be a directory: one error line before anything is compared or printed
+    proc = run_cli(reqa_bm25, reqa_zscore, "--out", out / "compare.md" / "sub", module="pipeline.compare")
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout[-500:]
+    assert proc.stderr.strip().splitlines() == [f"error: {out / 'compare.md' / 'sub'}: cannot create output directory (Not a directory)"]
 
     # three runs (the third a copy of BM25: p = 1 against it): Holm over each metric's three comparisons
     import csv
