@@ -323,12 +323,15 @@ class ShardStore:
 
 
 @contextlib.contextmanager
-def staged_outputs(out_dir: str | os.PathLike, last: str = "metrics.json") -> Iterator[Path]:
+def staged_outputs(out_dir: str | os.PathLike, last: str = "metrics.json", outputs: Iterable[str] = ()) -> Iterator[Path]:
     """Write a run's final files into a staging directory, then move them all into ``out_dir``.
 
     Nothing reaches ``out_dir`` unless every file was written (a full disk, an
     error or a crash leaves the previous contents as they were); ``last`` is
-    moved last, so its presence marks a complete set.
+    moved last, so its presence marks a complete set.  ``outputs``: every name
+    the command may write; those an earlier run left in ``out_dir`` and this one
+    did not write (a reader's files after a retrieval-only rerun) are removed,
+    with a ``note:``, before ``last`` is moved, so the set is always one run's.
     """
     import shutil
 
@@ -346,8 +349,12 @@ def staged_outputs(out_dir: str | os.PathLike, last: str = "metrics.json") -> It
             raise UserError(str(e).replace(str(staging), str(out_dir))) from None
         names = sorted(p.name for p in staging.iterdir())
         names.sort(key=lambda n: n == last)
+        stale = [n for n in sorted(set(outputs) - set(names)) if (out_dir / n).exists()]
         for name in names:
             src, dst = staging / name, out_dir / name
+            if name == last:
+                _remove_stale(out_dir, stale)
+                stale = []
             try:
                 if src.is_dir():
                     if dst.is_dir():
@@ -357,8 +364,25 @@ def staged_outputs(out_dir: str | os.PathLike, last: str = "metrics.json") -> It
                     os.replace(src, dst)
             except OSError as e:
                 raise UserError(f"{dst}: write failed ({e.strerror or e})") from None
+        _remove_stale(out_dir, stale)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove_stale(out_dir: Path, names: list[str]) -> None:
+    import shutil
+    import sys
+
+    for name in names:
+        path = out_dir / name
+        try:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise UserError(f"{path}: left by an earlier run, cannot be removed ({e.strerror or e})") from None
+    if names:
+        print(f"note: {out_dir}: removed {', '.join(names)} of an earlier run (this run does not write them)", file=sys.stderr)
 
 
 def remembered_sha256_file(path: Path) -> str:

@@ -28,6 +28,10 @@ import numpy as np
 from data.errors import UserError
 from data.io import write_json
 from pipeline.config import RunConfig
+
+# every file (and folder) pipeline.run may write into --out, besides its read cache
+RUN_OUTPUTS = ("metrics.json", "manifest.json", "run.trec", "per_query.jsonl", "qrels.tsv", "qrels.trec", "queries.jsonl",
+               "predictions.json", "details.jsonl", "costs.jsonl", "selector.json", "learned.json", "retriever")
 from retrievers.base import release
 
 
@@ -198,7 +202,9 @@ def _write(config, out, dataset, train, ranking, retriever, selector, metrics, p
     from retrievers.fusion import needs_fit
 
     saved = {"retriever": retriever.to_dict()} if hasattr(retriever, "to_dict") else {}
-    with staged_outputs(out) as stage:  # nothing reaches the output directory unless every file was written
+    # nothing reaches the output directory unless every file was written; what an earlier run with other settings
+    # wrote there and this one does not (a reader's files after a retrieval-only rerun) is removed
+    with staged_outputs(out, outputs=RUN_OUTPUTS) as stage:
         write_trec(stage / "run.trec", ranking, dataset.queries, dataset.corpus, tag=config.retriever.spec)
         write_question_files(stage, dataset.queries, dataset.corpus)  # the qrels run.trec is scored against
         if read is not None:

@@ -48,6 +48,25 @@ def test_outputs_written(bm25_run):
     assert index["index_build"]["docs"] == metrics["corpus_size"] and index["jvm"]["heap_max"]
 
 
+def test_a_rerun_with_other_settings_leaves_only_its_own_outputs(tmp_path):
+    """The same --out reused for a retrieval-only run after a run with a reader: the reader's files of the first
+    run are gone (said in a note), so every file in the directory is the last run's."""
+    from tests.conftest import READER
+
+    out = tmp_path / "run"
+    proc = run_cli("--dataset", "reqa_squad", "--limit", "8", "--depth", "10", "--reader", READER, "--selector", "top:2",
+                   "--metrics", "em", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    reader_files = {"predictions.json", "details.jsonl", "costs.jsonl", "selector.json"}
+    assert reader_files <= {p.name for p in out.iterdir()}
+    proc = run_cli("--dataset", "reqa_squad", "--limit", "5", "--depth", "10", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not reader_files & {p.name for p in out.iterdir()}
+    assert f"note: {out}: removed costs.jsonl, details.jsonl, predictions.json, selector.json of an earlier run" in proc.stderr
+    assert "reading" not in json.loads((out / "metrics.json").read_text())
+    assert (out / "reads").is_dir()  # the read cache stays: a later run with the reader reuses it
+
+
 def test_bm25_regression_slice(bm25_run):
     """2CR-style regression: the first 300 dev questions (docs/reproductions.md: full-dev numbers)."""
     r = json.loads((bm25_run / "metrics.json").read_text())["retrieval"]["reqa"]["sentence"]
