@@ -1,4 +1,6 @@
-"""``oracle``: read exactly down to the first relevant result (an upper bound, needs the gold)."""
+"""``oracle``: read exactly down to the first relevant result (the fewest passages with full answer recall; needs
+the gold).  Not an upper bound on EM: the reader may miss in that passage where a larger n finds the answer in a
+later one."""
 
 from __future__ import annotations
 
