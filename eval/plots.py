@@ -148,8 +148,9 @@ def save_figure(fig, stem: str | Path) -> list[str]:
     stem = Path(stem)
     for ext in ("png", "svg"):
         path = stem.parent / f"{stem.name}.{ext}"  # not with_suffix: a stem like "mu0.5_em" keeps its whole name
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=ext)
+        # an SVG without its creation date and with ids from a fixed salt (not uuid4): a rerun writes the same bytes
+        with atomic_path(path) as tmp, plt.rc_context({"svg.hashsalt": "qa-retrieval-eval"}):
+            fig.savefig(tmp, format=ext, **({"metadata": {"Date": None}} if ext == "svg" else {}))
         written.append(str(path))
     plt.close(fig)
     return written

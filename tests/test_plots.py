@@ -45,3 +45,17 @@ def test_cost_plot_keeps_a_stem_with_a_dot_and_gives_every_selector_its_own_look
     assert looks["threshold:0.6,20"][0] == looks["threshold:0.75,20"][0] == "D"  # one family, shaded
     assert len({looks[s][0] for s in ("gap:20,5", "confidence:20", "oracle", "threshold:0.6,20")}) == 4
     real_close(figures[0])
+
+
+def test_the_same_plot_twice_is_the_same_bytes(tmp_path):
+    """A rerun of a sweep writes its figures byte for byte again: no creation date in the SVG, no random ids."""
+    import time
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    first = plot_cost(_rows(), tmp_path / "a" / "cost", title="t")
+    time.sleep(1.1)  # another second on the clock
+    again = plot_cost(_rows(), tmp_path / "b" / "cost", title="t")
+    for x, y in zip(sorted(first), sorted(again)):
+        assert open(x, "rb").read() == open(y, "rb").read(), (x, y)
