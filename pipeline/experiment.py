@@ -118,7 +118,7 @@ def _run(config: RunConfig, engine, flags: dict | None) -> RunResult:
     if reader is not None and not dataset.queries.has_answers:
         from data.beir import NO_ANSWERS_MESSAGE
 
-        print(NO_ANSWERS_MESSAGE.format(name=dataset.name), file=sys.stderr)
+        print("note: " + NO_ANSWERS_MESSAGE.format(name=dataset.name), file=sys.stderr)
         reader = None
     with timer("retrieve"):
         ranking = stages.retrieve(retriever, dataset, depth, train=train)

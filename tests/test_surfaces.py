@@ -247,7 +247,7 @@ def test_run_cell(env, capfd, dataset, retriever, selector):
         # no answer strings: one note, the reader stage is skipped, retrieval is scored
         from data.beir import NO_ANSWERS_MESSAGE
 
-        assert NO_ANSWERS_MESSAGE.format(name="beir:scifact") in err.splitlines()
+        assert "note: " + NO_ANSWERS_MESSAGE.format(name="beir:scifact") in err.splitlines()
         assert "reading" not in metrics and not (out / "selector.json").exists()
         beir = metrics["retrieval"]["beir"]
         assert beir and all(0.0 <= v <= 1.0 for v in beir.values()), beir
