@@ -135,6 +135,8 @@ def load_sweep_runs(path: str | Path, systems: list[str] | None = None, size: st
     ``size`` to the largest corpus size.  Question ids come from the sweep's question_ids.json (positions when
     the sweep predates it).
     """
+    from pipeline.tradeoff_sweep import columns, fixed_n_read, stored_passages
+
     path = Path(path)
     summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
     sizes = [int(s) for s in summary.get("corpus_sizes", [])]
@@ -157,17 +159,21 @@ def load_sweep_runs(path: str | Path, systems: list[str] | None = None, size: st
             meta = json.loads(stem.with_suffix(".json").read_text(encoding="utf-8"))
             with np.load(stem.with_suffix(".npz"), allow_pickle=False) as z:
                 em, f1, sys_n = z["em"], z["f1"], z["sys_n"]
+                have = stored_passages(z, meta.get("info", {}), em.shape)
         except (OSError, ValueError, KeyError) as e:
             raise UserError(f"{stem}: cannot read the sweep level ({e})") from None
         for name in systems:
             if name.startswith("top:") and name[4:].isdigit() and 1 <= int(name[4:]) <= em.shape[1]:
-                n = np.full(em.shape[0], int(name[4:]), dtype=np.int64)
+                if have is None:
+                    raise UserError(f"{stem}: saved before a sweep level kept the passages per question, so top:n's passages "
+                                    f"read are unknown: run the same pipeline.sweep command again (it updates that level)")
+                n = fixed_n_read(have, em.shape[1])[:, int(name[4:]) - 1]  # top:n reads n, never past a question's passages
             elif name in meta["systems"]:
                 n = sys_n[:, meta["systems"].index(name)]
             else:
                 raise UserError(f"--systems {name}: not a system of {path} (top:1..top:{em.shape[1]}, {', '.join(meta['systems'])})")
             rows = np.arange(em.shape[0])
-            tables[name].append((em[rows, n - 1], f1[rows, n - 1], n))
+            tables[name].append((em[rows, columns(n)], f1[rows, columns(n)], n))
     ids_file = path / "question_ids.json"
     q_count = len(next(iter(tables.values()))[0][0])
     ids = json.loads(ids_file.read_text(encoding="utf-8")) if ids_file.is_file() else [f"q{i}" for i in range(q_count)]

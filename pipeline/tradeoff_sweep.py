@@ -36,7 +36,7 @@ import csv
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -130,6 +130,7 @@ class LevelResult:
     info: dict = field(default_factory=dict)
     bert_f1: np.ndarray | None = None  # [Q, N] BERT-F1 of the answer read from the top n (--metrics bert_f1)
     more: dict = field(default_factory=dict)  # name -> [Q, N]: every other answer metric asked for (plugins)
+    passages: np.ndarray | None = None  # int [Q]: the passages question q has at this level (<= N; fewer in a small corpus)
 
     def metric(self, name: str) -> np.ndarray | None:
         """``[Q, N]`` values of an answer metric (None when this level did not score it)."""
@@ -137,11 +138,44 @@ class LevelResult:
 
     @property
     def sys_em(self) -> np.ndarray:
-        return np.take_along_axis(self.em, self.sys_n - 1, axis=1)
+        return np.take_along_axis(self.em, columns(self.sys_n), axis=1)
 
     @property
     def sys_f1(self) -> np.ndarray:
-        return np.take_along_axis(self.f1, self.sys_n - 1, axis=1)
+        return np.take_along_axis(self.f1, columns(self.sys_n), axis=1)
+
+    @property
+    def fixed_n(self) -> np.ndarray:
+        """int ``[Q, N]``: the passages top:n reads per question (column n-1), as ``pipeline.run`` counts them
+        (a result made without ``passages``: every question has N)."""
+        q, width = self.em.shape
+        return fixed_n_read(np.full(q, width) if self.passages is None else self.passages, width)
+
+
+def columns(n: np.ndarray) -> np.ndarray:
+    """The ``[Q, N]`` column holding the result of reading n passages (n = 0, a question with nothing to read: the
+    first column, where every column has the same empty answer)."""
+    return np.maximum(np.asarray(n, dtype=np.int64), 1) - 1
+
+
+def fixed_n_read(passages: np.ndarray, width: int) -> np.ndarray:
+    """int ``[Q, width]``: the passages top:1..top:width read per question when question q has ``passages[q]``
+    passages to read: n, never past the passages a question has (0 with none), as
+    :func:`pipeline.stages.select_n` counts them for ``pipeline.run``, so a sweep's n per question and the run's agree."""
+    have = np.asarray(passages, dtype=np.int64)
+    return np.minimum(np.arange(1, width + 1, dtype=np.int64)[None, :], have[:, None])
+
+
+def stored_passages(arrays, info: dict, shape: tuple[int, int]) -> np.ndarray | None:
+    """The passages per question of a saved level (``arrays``: its npz, ``info``: its json's ``info``): the stored
+    ``passages`` array; for a level saved before it was stored, every question had N when the level read Q x N pairs,
+    else None (not recoverable: the level is evaluated again, its reads from the read cache)."""
+    if "passages" in getattr(arrays, "files", arrays):
+        return np.asarray(arrays["passages"], dtype=np.int64)
+    q, width = shape
+    if info.get("pairs") == q * width:
+        return np.full(q, width, dtype=np.int64)
+    return None
 
 
 def score_every_n(reads, passages, golds, language: str = "en", mu: float = 1.0):
@@ -254,7 +288,8 @@ def evaluate_level(
     }
     if bert_info is not None:
         info["bert_f1"] = bert_info
-    return LevelResult(em, f1, bearing, hits, [s.spec for s in selectors], sys_n, info, bert, more)
+    have = (passages.keys >= 0).sum(axis=1).astype(np.int64)  # what a question can read: top:n reads min(n, this)
+    return LevelResult(em, f1, bearing, hits, [s.spec for s in selectors], sys_n, info, bert, more, have)
 
 
 def bert_f1_every_n(reads, chosen: np.ndarray, golds, bertscore: dict) -> tuple[np.ndarray, dict]:
@@ -303,6 +338,8 @@ def save_level(out: Path, size: int, seed: int, result: LevelResult, meta: dict)
         with open(tmp, "wb") as f:
             extra = {} if result.bert_f1 is None else {"bert_f1": result.bert_f1}
             extra.update({f"metric_{name}": values for name, values in result.more.items()})
+            if result.passages is not None:
+                extra["passages"] = result.passages
             np.savez_compressed(f, em=result.em, f1=result.f1, bearing=result.bearing, gold_hit=result.gold_hit, sys_n=result.sys_n, **extra)
     write_json(js, {**meta, "systems": result.systems, "info": result.info})
 
@@ -325,6 +362,9 @@ def load_level(out: Path, size: int, seed: int, fingerprints: Sequence[str], nee
             arrays = {k: z[k] for k in ("em", "f1", "bearing", "gold_hit", "sys_n")}
             arrays["bert_f1"] = z["bert_f1"] if "bert_f1" in z.files else None
             more = {k[len("metric_"):]: z[k] for k in z.files if k.startswith("metric_")}
+            passages = stored_passages(z, meta.get("info", {}), arrays["em"].shape)
+        if passages is None:
+            return None  # saved before the passages per question were kept, and not all had N: redo (reads are cached)
         if need_bert_f1 and arrays["bert_f1"] is None:
             return None  # saved before BERT-F1 was scored: redo it (its reads come from the read cache)
         if set(need) - set(more) - {"em", "f1", "bert_f1"}:
@@ -336,7 +376,7 @@ def load_level(out: Path, size: int, seed: int, fingerprints: Sequence[str], nee
     info = dict(meta.get("info", {}))
     info["resumed"] = True
     return LevelResult(arrays["em"], arrays["f1"], arrays["bearing"], arrays["gold_hit"], list(meta["systems"]), arrays["sys_n"], info,
-                       arrays["bert_f1"], more)
+                       arrays["bert_f1"], more, passages)
 
 
 # ----------------------------------------------------------------- the sweep
@@ -486,9 +526,7 @@ def run_sweep(config: SweepConfig, out: Path, timer: Timer) -> dict:
         meta = {"fingerprint": fingerprint, "size": int(size), "seed": int(seed), "n_gold": plan.n_gold, "n_max": plan.n_max}
         if rows_key in same_rows:  # e.g. "all" under another seed: same corpus, same result
             twin = levels[same_rows[rows_key]]
-            result = LevelResult(twin.em, twin.f1, twin.bearing, twin.gold_hit, twin.systems, twin.sys_n,
-                                 {**twin.info, "reads_done": 0, "reads_reused": 0, "same_corpus_as_seed": same_rows[rows_key][1]},
-                                 twin.bert_f1, twin.more)
+            result = replace(twin, info={**twin.info, "reads_done": 0, "reads_reused": 0, "same_corpus_as_seed": same_rows[rows_key][1]})
         else:
             result = evaluate_new_level(setup, size, rows, t_rows, timer)
             same_rows[rows_key] = (size, seed)
@@ -565,13 +603,14 @@ def system_names(plan: SweepPlan, selectors: list[str]) -> list[str]:
 def system_table(result: LevelResult, metric: str = "em") -> np.ndarray:
     """Per-question score ``[Q, M]`` of every system (top:1..N, then the selectors)."""
     base = result.metric(metric)
-    sel = np.take_along_axis(base, result.sys_n - 1, axis=1)
+    sel = np.take_along_axis(base, columns(result.sys_n), axis=1)
     return np.concatenate([base, sel], axis=1).astype(np.float64)
 
 
 def system_n(result: LevelResult) -> np.ndarray:
-    q, width = result.em.shape
-    return np.concatenate([np.broadcast_to(np.arange(1, width + 1), (q, width)), result.sys_n], axis=1)
+    """Per question the passages every system (top:1..N, then the selectors) reads ``[Q, N + M]``: top:n reads n,
+    never more than the question's passages at this level (as ``pipeline.run`` counts it)."""
+    return np.concatenate([result.fixed_n, result.sys_n], axis=1)
 
 
 def family(name: str) -> str:
@@ -585,7 +624,7 @@ def level_means(r: LevelResult, weights: np.ndarray) -> dict[str, np.ndarray]:
     from eval.tradeoff import bootstrap_means, percentile_interval
 
     def at_systems(per_n: np.ndarray) -> np.ndarray:  # [Q, N] per n -> [Q, N + M]: the selectors' n appended
-        return np.concatenate([per_n, np.take_along_axis(per_n, r.sys_n - 1, axis=1)], axis=1)
+        return np.concatenate([per_n, np.take_along_axis(per_n, columns(r.sys_n), axis=1)], axis=1)
 
     em_t = system_table(r, "em")
     lo, hi = percentile_interval(bootstrap_means(em_t, weights))
@@ -938,7 +977,8 @@ def run_sweep_experiment(config: SweepConfig, *, flags: dict | None = None) -> S
     summary = agg["summary"]
     if stats.plots:
         with timer("plots"):
-            summary["plots"] = make_plots(out, plan, agg["agg_rows"], summary, agg["cost_rows"])
+            # relative to the sweep directory (a relative --out would otherwise name them from the working directory)
+            summary["plots"] = [Path(p).relative_to(out).as_posix() for p in make_plots(out, plan, agg["agg_rows"], summary, agg["cost_rows"])]
     write_json(out / "summary.json", summary)
     sources = dict(plan.dataset.sources)
     if state["train"] is not None:

@@ -124,6 +124,27 @@ def test_every_n_equals_reading_the_top_n_separately(small_level, tmp_path):
     assert result.gold_hit.any(axis=1).tolist() == [g in ranking.ids[i] for i, g in enumerate(gold_first)]
 
 
+def test_fixed_n_stops_at_a_questions_passages_and_levels_saved_without_them(tmp_path):
+    """top:n reads min(n, the passages a question has); a level saved before the passages per question were kept is
+    reused when every question had N (its pairs are Q x N), else evaluated again."""
+    from pipeline.tradeoff_sweep import LevelResult, fixed_n_read, load_level, save_level, system_n
+
+    assert fixed_n_read(np.array([3, 1, 2]), 3).tolist() == [[1, 2, 3], [1, 1, 1], [1, 2, 2]]
+    q, width = 3, 3
+    em = np.zeros((q, width), dtype=np.float32)
+    result = LevelResult(em, em, em > 0, em > 0, ["oracle"], np.ones((q, 1), dtype=np.int64), {"pairs": 6},
+                         passages=np.array([3, 1, 2]))
+    assert system_n(result).mean(axis=0).tolist() == pytest.approx([1.0, 5 / 3, 2.0, 1.0])
+    save_level(tmp_path, 5, 1, result, {"fingerprint": "f"})
+    assert load_level(tmp_path, 5, 1, ["f"]).passages.tolist() == [3, 1, 2]
+    for pairs, reused in ((6, None), (9, [3, 3, 3])):  # an older level: no passages array
+        save_level(tmp_path, 5, 1, LevelResult(em, em, em > 0, em > 0, ["oracle"], result.sys_n, {"pairs": pairs}), {"fingerprint": "f"})
+        with np.load(tmp_path / "levels" / "size5-seed1.npz") as z:
+            assert "passages" not in z.files
+        loaded = load_level(tmp_path, 5, 1, ["f"])
+        assert (loaded if loaded is None else loaded.passages.tolist()) == reused
+
+
 # ------------------------------------------------------------------ the CLI
 def run_sweep(*args):
     return subprocess.run([sys.executable, "-m", "pipeline.sweep", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -271,6 +292,54 @@ def test_cli_several_seeds_give_means_and_stds(tmp_path):
     em1 = agg[(sizes[1], "top:1")]
     assert f"{100 * float(em1['em_mean']):.2f} ± {100 * float(em1['em_std']):.2f}" in size_lines[3]
     assert "(per seed " in size_lines[3] and "± std over seeds" in regret_lines[0]
+
+
+@pytest.mark.slow
+def test_fixed_n_counts_the_passages_a_question_has_at_a_small_level(tmp_path, monkeypatch):
+    """docs/api.md's sweep: at corpus size x1 (one paragraph) no question has 3 passages, so top:3 reads fewer; the
+    sweep's n per question is the passages read, as pipeline.run counts them (api.select: stages.select_n), in
+    results.csv, summary.csv, cost.csv and what pipeline.compare reads."""
+    from data.open_domain import corpus_levels, gold_rows, restrict_corpus
+    from data.registry import load_dataset
+    from data.types import limit_queries
+    from pipeline import api
+    from pipeline.compare import load_sweep_runs
+
+    monkeypatch.setenv("QA_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "sweep"
+    sweep = api.sweep(api.SweepConfig(
+        data={"dataset": "squad_open", "limit": 8, "corpus_sizes": "x1,x2", "seeds": "1"},
+        reader={"model": str(READER)},
+        selectors={"n": "1-3", "ordinal": False, "thetas": "0.8"},
+        metrics={"answer": ["em", "f1"]},
+        statistics={"bootstrap": 50, "plots": False},
+        out=str(out),
+    ))
+    sizes = sweep.summary["corpus_sizes"]
+    rows = {(int(r["corpus_size"]), r["system"]): r for r in sweep.rows}
+    with open(out / "summary.csv") as f:
+        agg = {(int(r["corpus_size"]), r["system"]): r for r in csv.DictReader(f)}
+    with open(out / "cost.csv") as f:
+        cost = {(int(r["corpus_size"]), r["system"]): r for r in csv.DictReader(f)}
+    levels = json.loads((out / "manifest.json").read_text())["levels"]
+    ds = limit_queries(load_dataset("squad_open", "dev"), 8)
+    for size in sizes:  # the level's corpus, as the sweep builds it, and pipeline.run's count on it
+        level = restrict_corpus(ds, corpus_levels(len(ds.corpus), gold_rows(ds.queries), [size], 1)[0])
+        ranking = api.retrieve("bm25", level, 3)
+        for n in (1, 2, 3):
+            expected = api.select(api.make_selector(f"top:{n}"), ranking, level).mean()
+            assert float(rows[(size, f"top:{n}")]["mean_n"]) == pytest.approx(expected, abs=1e-6), (size, n)
+            assert float(agg[(size, f"top:{n}")]["mean_n_mean"]) == pytest.approx(expected, abs=1e-6), (size, n)
+            assert float(cost[(size, f"top:{n}")]["mean_passages"]) == pytest.approx(expected, abs=1e-6), (size, n)
+        # top:3 reads every passage the level read for the question: the reads of the level, per question
+        assert float(rows[(size, "top:3")]["mean_n"]) == pytest.approx(levels[f"{size}/1"]["pairs"] / 8)
+        [run] = load_sweep_runs(out, ["top:3"], size)
+        assert np.mean([r["passages_read"] for r in run.rows.values()]) == pytest.approx(float(cost[(size, "top:3")]["mean_passages"]))
+    assert float(rows[(sizes[0], "top:3")]["mean_n"]) < 3  # the level smaller than n this test is about
+    for key, row in cost.items():  # a saving is read off the same passages read
+        if row["fixed_n"]:
+            fixed = cost[(key[0], f"top:{row['fixed_n']}")]
+            assert float(row["saving"]) == pytest.approx(float(fixed["mean_passages"]) - float(row["mean_passages"]), abs=1e-6)
 
 
 # The full sweep of docs/sweeps.md (all 10,570 dev questions, bf16 reader) at its largest corpus, where the corpus
