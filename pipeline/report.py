@@ -193,6 +193,26 @@ def _markdown_tables(text: str) -> str:
     return "\n".join(out)
 
 
+def sweep_plots(directory: Path, recorded) -> list[Path]:
+    """The PNG plots of a sweep directory: those summary.json records, found under ``directory``.
+
+    A sweep records them relative to its directory; older ones recorded them as written, relative to the working
+    directory of the sweep (a relative ``--out``) or absolute (perhaps a directory since moved): a recorded path that
+    is not there is found by its file name under ``directory``.  When none is found, every PNG in the directory.
+    """
+    found: list[Path] = []
+    for entry in recorded:
+        path = Path(str(entry))
+        if path.suffix != ".png":
+            continue
+        # an absolute path: this directory's file of that name first (the recorded one may be of a copy's original)
+        candidates = [directory / path.name, path] if path.is_absolute() else [directory / path, directory / path.name]
+        hit = next((c for c in candidates if c.is_file()), None)
+        if hit is not None and hit not in found:
+            found.append(hit)
+    return found or sorted(directory.glob("*.png"))
+
+
 def sweep_body(directory: Path) -> str:
     from pipeline.sweep_report import report
 
@@ -200,9 +220,9 @@ def sweep_body(directory: Path) -> str:
     parts = [f"<p>{summary['questions']} questions, corpus sizes {', '.join(f'{s:,}' for s in summary['corpus_sizes'])}, "
              f"seeds {summary.get('seeds')}, n up to {summary['n_max']}</p>",
              "<h2>Tables (EM in %, regret in EM points)</h2>", _markdown_tables(report(directory))]
-    pngs = [directory / p for p in summary.get("plots", []) if str(p).endswith(".png")] or sorted(directory.glob("*.png"))
+    pngs = sweep_plots(directory, summary.get("plots") or [])
     if pngs:
-        parts.append("<h2>Plots</h2>" + "".join(_embed_png(Path(p)) for p in pngs if Path(p).is_file()))
+        parts.append("<h2>Plots</h2>" + "".join(_embed_png(p) for p in pngs))
     parts.append("<p class=meta>A sweep keeps per-level arrays, not per-question passages: "
                  "for the per-question browser, report a pipeline.run directory.</p>")
     return "\n".join(parts)

@@ -108,6 +108,40 @@ def test_report_of_a_directory_that_is_no_run_is_one_error(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("error:") and "neither a pipeline.run directory" in proc.stderr
 
 
+@pytest.mark.slow
+def test_sweep_report_with_a_relative_out_embeds_its_plots(tmp_path):
+    """README's commands: a sweep with a relative --out, then its report: summary.json names the plots relative to the
+    sweep directory, and a report finds them whatever directory it runs from (and for summaries that recorded
+    cwd-relative or absolute paths, by file name under the sweep directory)."""
+    import os
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+               QA_CACHE_DIR=str(tmp_path / "cache"))
+
+    def run_in(cwd, *args, module):
+        return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=900)
+
+    proc = run_in(tmp_path, "--dataset", "squad_open", "--limit", "8", "--corpus-sizes", "x1,x2", "--seeds", "1", "--n", "1-3",
+                  "--reader", READER, "--no-ordinal", "--thetas", "0.8", "--metrics", "em,f1", "--bootstrap", "20",
+                  "--out", "runs/first-sweep", module="pipeline.sweep")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sweep = tmp_path / "runs" / "first-sweep"
+    summary = json.loads((sweep / "summary.json").read_text())
+    pngs = [p for p in summary["plots"] if p.endswith(".png")]
+    assert len(pngs) == 5 and all((sweep / p).is_file() for p in pngs)  # relative to the sweep directory
+    proc = run_in(tmp_path, "runs/first-sweep", "--out", "runs/first-sweep/report.html", module="pipeline.report")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    page = (sweep / "report.html").read_text()
+    assert page.count("<img ") == 5 and page.count("data:image/png;base64,") == 5
+    from pipeline.report import build_report  # from another directory, and for summaries written before the fix
+
+    assert build_report(sweep).count("<img ") == 5
+    for recorded in ([f"runs/first-sweep/{p}" for p in summary["plots"]], [f"/elsewhere/first-sweep/{p}" for p in summary["plots"]]):
+        (sweep / "summary.json").write_text(json.dumps({**summary, "plots": recorded}))
+        assert build_report(sweep).count("<img ") == 5, recorded
+
+
 
 # ------------------------------------------------------------------ retrieval-only runs
 SQUAD_DEV = "squad/dev-v1.1.json.zip"
