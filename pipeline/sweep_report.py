@@ -218,14 +218,23 @@ def _int_list(text: str) -> list[int]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pipeline.sweep_report", description=__doc__.split("\n")[0])
     p.add_argument("out", help="the --out directory of a finished pipeline.sweep")
-    p.add_argument("--n", type=_int_list, default=[1, 5, 10, 20], help="fixed n shown in the tables (default 1,5,10,20)")
+    p.add_argument("--n", type=_int_list, default=None, help="fixed n shown in the tables (default 1,5,10,20: those the"
+                                                                " sweep scored)")
     return p
 
 
 @main_guard
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    print(report(args.out, args.n))
+    if args.n is None:
+        ns = [1, 5, 10, 20]
+    else:
+        ns = args.n
+        n_max = load_summary(args.out)[0].get("n_max")
+        beyond = [n for n in ns if isinstance(n_max, int) and n > n_max]
+        if beyond:
+            raise UserError(f"--n {','.join(map(str, beyond))}: {args.out} scored n up to {n_max} (its --n)")
+    print(report(args.out, ns))
     return 0
 
 

@@ -192,6 +192,11 @@ def test_cli_end_to_end_and_resume(tmp_path):
 
     size_lines, regret_lines = [part.splitlines()[2:] for part in report(out, [1, 3]).split("\n\n")[:2]]
     assert [l.split(" | ")[0] for l in size_lines] == [f"| {s:,}" for s in sizes]
+    # an n the sweep did not score is one line, not a column left out without a word (the default list is cut)
+    bad = subprocess.run([sys.executable, "-m", "pipeline.sweep_report", str(out), "--n", "1,9"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip() == f"error: --n 9: {out} scored n up to 3 (its --n)", bad.stderr
+    assert subprocess.run([sys.executable, "-m", "pipeline.sweep_report", str(out)], cwd=ROOT, capture_output=True).returncode == 0
     assert summary["scale"] == "fraction"
     # BERT-F1 is a default sweep metric (offline: the all-MiniLM-L6-v2 fallback), per n and per selector
     assert summary["bert_f1_info"]["fallback"] and "not comparable with roberta-large" in summary["bert_f1_info"]["note"]
