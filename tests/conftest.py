@@ -1,4 +1,4 @@
-"""Test settings: local data from ../shared/data, offline hub, quiet tokenizers."""
+"""Test settings: local data from ../shared/data, the suite's own cache, offline hub, quiet tokenizers."""
 
 import importlib
 import os
@@ -11,6 +11,9 @@ os.environ.setdefault("QA_DATA_DIR", str((ROOT / ".." / "shared" / "data").resol
 # QA_DATA_DIR=../shared/data (relative, as the docs write it) must still find the data from the temporary
 # directories some tests run commands in
 os.environ["QA_DATA_DIR"] = str(Path(os.environ["QA_DATA_DIR"]).resolve())
+# the suite's own cache (indexes, stores, embeddings, int8 readers), kept in the checkout between runs and never
+# mixed into the user's ~/.cache/qa-retrieval-eval; QA_CACHE_DIR set by the caller wins
+os.environ.setdefault("QA_CACHE_DIR", str(ROOT / ".cache" / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
