@@ -77,6 +77,8 @@ def check_weights(weights: Any, n_members: int, owner: str) -> np.ndarray:
         return np.ones(n_members, dtype=np.float64)
     if isinstance(weights, str):
         weights = [w for w in weights.replace(",", " ").split() if w]
+    elif isinstance(weights, (int, float)) and not isinstance(weights, bool):
+        weights = [weights]  # one number (weights=0.5 parsed as a number): one weight, counted below
     try:
         w = np.asarray([float(x) for x in weights], dtype=np.float64)
     except (TypeError, ValueError):

