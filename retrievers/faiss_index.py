@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -342,8 +343,10 @@ def make_index(factory: str, dim: int):
         index = faiss.index_factory(int(dim), factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as e:
         reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        # FAISS says "Error in <function> at <file>:<line>: [Error: '<check>' failed: ]<why>": keep the why, whole
+        reason = re.sub(r"^Error in .* at \S+:\d+: (Error: '.*' failed: )?", "", reason)
         raise UserError(
-            f"--dense-index {factory!r}: not a FAISS index factory string for {dim}-d vectors ({reason[-160:]}); "
+            f"--dense-index {factory!r}: not a FAISS index factory string for {dim}-d vectors ({reason[:200]}); "
             "use flat, hnsw or e.g. IVF4096,PQ64 / HNSW32 / IVF1024,SQ8 / OPQ16,IVF256,PQ16"
         ) from None
     # polysemous training (a simulated annealing over PQ code ids, minutes per sub-quantizer) only
