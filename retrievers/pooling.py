@@ -294,8 +294,22 @@ def fuse_name(method: str, members: Sequence[Retriever]) -> str:
 
 
 def member_config(member: Any) -> Any:
-    """A member's JSON config: its ``to_dict()`` when it has one, else its name."""
+    """A member's JSON config: its ``to_dict()`` when it has one, else its name and its constructor parameters
+    (scikit-learn style: stored under their own names), so a saved fuser says which members it was fitted with
+    (``dense`` with which encoder, ``bm25`` with which k1 and b)."""
+    import inspect
+    import json
+
     to_dict = getattr(member, "to_dict", None)
     if callable(to_dict):
         return to_dict()
-    return {"name": getattr(member, "name", type(member).__name__)}
+    config: dict = {"name": getattr(member, "name", type(member).__name__)}
+    try:
+        names = [n for n, p in inspect.signature(type(member).__init__).parameters.items()
+                 if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    except (TypeError, ValueError):
+        names = []
+    params = {n: getattr(member, n) for n in names if hasattr(member, n)}
+    if params:
+        config["params"] = json.loads(json.dumps(params, default=str))
+    return config

