@@ -96,8 +96,9 @@ def fit_selector(selector, train: Dataset, ranking: Ranking, depth: int | None =
 
 def select(selector, ranking: Ranking, dataset: Dataset, unit: str = "sentence", *, reader=None, mu: float = 1.0,
            cache_dir: str | Path | None = None) -> np.ndarray:
-    """How many passages the selector reads per unique question (int ``[questions]``).  A selector with the
-    reader in the loop reads (with ``reader``) in rank order until each question stops."""
+    """How many passages the selector reads per unique question (int ``[questions]``: at least 1, never past the
+    passages a question retrieved, so 0 where it retrieved none).  A selector with the reader in the loop reads
+    (with ``reader``) in rank order until each question stops."""
     from pipeline import stages
     from pipeline.reading import selector_depth
 
