@@ -377,8 +377,10 @@ def test_rrf_retriever_config_and_rejections():
     data, members = _toy_members()
     rrf = RRFRetriever(members, rank_constant=10, weights=[2, 1])
     assert rrf.name == "rrf(a+b)" and rrf.method == "rrf"
+    members_saved = [{"name": "a", "params": {"name": "a", "gold_max_rank": 40, "seed": 1}},
+                     {"name": "b", "params": {"name": "b", "gold_max_rank": 40, "seed": 2}}]  # each with its settings
     assert rrf.to_dict() == {"method": "rrf", "name": "rrf(a+b)", "rank_constant": 10.0, "depth": 100, "weights": [2.0, 1.0],
-                             "members": [{"name": "a"}, {"name": "b"}]}
+                             "members": members_saved}
     d = RRFRetriever(members).to_dict()
     assert d["rank_constant"] == 60.0 and d["depth"] == 100 and d["weights"] is None
     rrf.index(data.corpus)
@@ -541,7 +543,8 @@ def test_score_fusion_retriever_config_and_rejections():
     sf = ScoreFusionRetriever(members, method="zscore", weights="1, 3", depth=50)
     assert sf.name == "fuse-zscore(a+b)" and sf.method == "zscore"
     assert sf.to_dict() == {"method": "fuse-zscore", "name": "fuse-zscore(a+b)", "normalization": "zscore", "depth": 50,
-                            "weights": [1.0, 3.0], "members": [{"name": "a"}, {"name": "b"}]}
+                            "weights": [1.0, 3.0], "members": [{"name": "a", "params": {"name": "a", "gold_max_rank": 40, "seed": 1}},
+                                                               {"name": "b", "params": {"name": "b", "gold_max_rank": 40, "seed": 2}}]}
     d = ScoreFusionRetriever(members).to_dict()
     assert d["normalization"] == "minmax" and d["depth"] == 100 and d["weights"] is None
     sf.index(data.corpus)
