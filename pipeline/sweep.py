@@ -25,7 +25,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[SweepConfig, dict]:
 def main(argv: list[str] | None = None) -> int:
     config, flags = parse_config(argv)
     result = run_sweep_experiment(config, flags=flags)
-    print_summary(result.summary, result.out)
+    print_summary(result.summary, result.out, result.manifest.get("levels"))
     return 0
 
 

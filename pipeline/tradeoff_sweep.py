@@ -913,7 +913,9 @@ def retrieval_recall_plots(out: Path, plan: SweepPlan, summary: dict) -> list[st
     return written
 
 
-def print_summary(summary: dict, out: Path) -> None:
+def print_summary(summary: dict, out: Path, levels: dict | None = None) -> None:
+    """The headline table of a sweep; ``levels`` (the manifest's, per level its info) adds how many levels this run
+    took from disk, since the reads line counts what every level read when it was made."""
     rows = []
     for size, b in summary["best_n"].items():
         rows.append((f"size {size}: best n", f"{b['n']} (EM {100 * b['em']:.2f}%; best system {b['best_system']})"))
@@ -936,6 +938,10 @@ def print_summary(summary: dict, out: Path) -> None:
                              f"reading {saved['fixed_n_passages']:.2f}: saves {saved['saving']:.2f} "
                              f"[{saved['saving_ci_low']}, {saved['saving_ci_high']}] passages/question"))
     rows.append(("reads done / reused", f"{summary['reads']['done']} / {summary['reads']['reused']}"))
+    if levels:
+        resumed = sum(1 for info in levels.values() if info.get("resumed"))
+        rows.append(("levels from disk", f"{resumed} of {len(levels)} (their reads were done when they were made)"
+                                         if resumed else f"0 of {len(levels)}"))
     print_table(rows, title=f"{summary['dataset']} {summary['split']} sweep ({summary['questions']} questions) -> {out}")
 
 

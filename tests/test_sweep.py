@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 
@@ -256,6 +257,8 @@ def test_cli_end_to_end_and_resume(tmp_path):
             assert info["reads_reused"] > 0 and info["reads_done"] + info["reads_reused"] <= info["pairs"]
     for name in ("top:1", "top:3"):  # per-size EM of the old sizes is unchanged
         assert again["em_by_size"][name][:2] == summary["em_by_size"][name]
+    # the printed table says which levels came from disk (its reads line counts what each level read when made)
+    assert re.search(r"levels from disk\s+2 of 3 \(their reads were done when they were made\)", proc.stdout), proc.stdout[-2000:]
 
 
 @pytest.mark.slow
