@@ -358,6 +358,20 @@ class RunConfig(Config):
             raise ValueError(message[len(prefix):] if message.startswith(prefix) else message) from None
         return v
 
+    @model_validator(mode="after")
+    def _learned_selector_fits_on_another_split(self):
+        """Checked here, before any work, as pipeline.run would find it after loading and retrieving."""
+        from data.registry import SPLIT_ALIASES
+        from selection import parse_selector
+
+        data = self.data
+        if self.reader.model and parse_selector(self.selector).needs_fit() and \
+                SPLIT_ALIASES.get(data.train_split, data.train_split) == SPLIT_ALIASES.get(data.split, data.split):
+            spec = parse_selector(self.selector).spec
+            raise ValueError(f"selector {spec} is learned: --train-split {data.train_split} is the evaluated split; "
+                             "fit it on another split")
+        return self
+
 
 class SweepConfig(Config):
     """One ``pipeline.sweep``: the run's stages looped over corpus sizes, n and seeds."""
