@@ -322,6 +322,7 @@ def load_open(split, *, data_dir, data_file, arg=None, skip_bad_records=False, l
 
     spec = parse_open_spec(arg)
     store, corpus_sources = open_corpus_store(spec.corpus, skip_bad_records)
+    corpus_name = corpus_sources.pop("_name", None) or _short(spec.corpus)
     questions, q_sources, q_skipped = load_open_questions(spec.questions, split, data_dir=data_dir,
                                                           data_file=data_file, skip_bad_records=skip_bad_records)
     language = language or "en"
@@ -353,10 +354,6 @@ def load_open(split, *, data_dir, data_file, arg=None, skip_bad_records=False, l
         sources["skipped_records"] = skipped
     sources["answer_match"] = spec.match
     sources["known_gold_questions"] = int(sum(1 for g in known_gold if g.size))
-    corpus_name = _short(spec.corpus)
-    if str(store.directory) == corpus_sources.get("corpus_store") == str(Path(spec.corpus.path)) and store.manifest.get("source"):
-        built_from = str(store.manifest["source"])  # a store named as the corpus: called after what it was built from
-        corpus_name = built_from.rstrip("/") if built_from.startswith("hf:") else Path(built_from).name
     name = spec.name or "open:" + corpus_name + "+" + _short(spec.questions)
     return Dataset(name=name, split=split, corpus=corpus, queries=queries, sources=sources, level="paragraph")
 
@@ -371,7 +368,8 @@ def _short(source) -> str:
 
 def _named_store(path: Path):
     """A corpus store directory named as the corpus (``store@DIR``): checked, never removed (it is the user's
-    corpus now, perhaps without its source file); its sources entry names the file it was built from."""
+    corpus now, perhaps without its source file); its sources entry names the file it was built from, and the
+    dataset is called after that file (``_name``), as when the file itself is named."""
     from data.corpus_store import check_store, open_store
 
     if not path.is_dir():
@@ -384,6 +382,9 @@ def _named_store(path: Path):
     built_from = store.manifest.get("source")
     sources = {str(built_from): str(store.manifest.get("sha256", ""))} if built_from else {}
     sources.update({"corpus_store": str(path), "_skipped": int(store.manifest.get("skipped_records", 0) or 0)})
+    if built_from:
+        built_from = str(built_from)
+        sources["_name"] = built_from.rstrip("/") if built_from.startswith("hf:") else Path(built_from).name
     return store, sources
 
 

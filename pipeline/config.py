@@ -364,11 +364,10 @@ class RunConfig(Config):
         from data.registry import SPLIT_ALIASES
         from selection import parse_selector
 
-        data = self.data
-        if self.reader.model and parse_selector(self.selector).needs_fit() and \
+        data, selector = self.data, parse_selector(self.selector)
+        if self.reader.model and selector.needs_fit() and \
                 SPLIT_ALIASES.get(data.train_split, data.train_split) == SPLIT_ALIASES.get(data.split, data.split):
-            spec = parse_selector(self.selector).spec
-            raise ValueError(f"selector {spec} is learned: --train-split {data.train_split} is the evaluated split; "
+            raise ValueError(f"selector {selector.spec} is learned: --train-split {data.train_split} is the evaluated split; "
                              "fit it on another split")
         return self
 

@@ -28,11 +28,11 @@ import numpy as np
 from data.errors import UserError
 from data.io import write_json
 from pipeline.config import RunConfig
+from retrievers.base import release
 
 # every file (and folder) pipeline.run may write into --out, besides its read cache
 RUN_OUTPUTS = ("metrics.json", "manifest.json", "run.trec", "per_query.jsonl", "qrels.tsv", "qrels.trec", "queries.jsonl",
                "predictions.json", "details.jsonl", "costs.jsonl", "selector.json", "learned.json", "retriever")
-from retrievers.base import release
 
 
 @dataclass

@@ -21,7 +21,6 @@ float bits when the actors use other thread counts or devices).
 
 from __future__ import annotations
 
-import inspect
 import io
 import json
 import math
@@ -32,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from data.errors import UserError
-from retrievers.base import members_of
+from retrievers.base import constructor_params, members_of
 from retrievers.bm25 import BM25Retriever
 from retrievers.dense import DenseRetriever
 
@@ -219,7 +218,7 @@ class RayEngine:
         if not texts:
             return BM25Retriever.search(retriever, texts, k)
         block = max(1, min(2000, math.ceil(len(texts) / self.actors)))
-        params = _params(BM25Retriever, retriever)
+        params = constructor_params(retriever, BM25Retriever)
         params["threads"] = self._threads()
         corpus_ref = ray.put(retriever.corpus_)
         task = ray.remote(_bm25_block).options(num_cpus=max(self.cpus_per_actor, 0.001))
@@ -295,7 +294,7 @@ class RayEngine:
     def _actor_reader_params(self, reader) -> dict[str, Any]:
         from readers.extractive import ExtractiveReader
 
-        params = _params(ExtractiveReader, reader)
+        params = constructor_params(reader, ExtractiveReader)
         params.update(device=self._actor_device(), progress=False, num_threads=self._threads())
         return params
 
@@ -335,14 +334,8 @@ class RayBM25Retriever(BM25Retriever):
 ON_RAY = {BM25Retriever: RayBM25Retriever, DenseRetriever: RayDenseRetriever}
 
 
-def _params(cls, obj) -> dict[str, Any]:
-    """The constructor parameters of ``obj`` (scikit-learn style: stored under their own names)."""
-    names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
-    return {n: getattr(obj, n) for n in names}
-
-
 def _rebuild(cls, obj, engine):
-    new = cls(**_params(type(obj), obj))
+    new = cls(**constructor_params(obj))
     new.engine_ = engine
     return new
 

@@ -198,7 +198,10 @@ def retrieval_recall_table(summary: dict, ks: list[int] = (1, 5, 20, 100, 1000))
     return "\n".join(lines)
 
 
-def report(out: str | Path, ns: list[int] = (1, 5, 10, 20)) -> str:
+DEFAULT_NS = (1, 5, 10, 20)  # the fixed n the tables show unless asked for others (those the sweep scored)
+
+
+def report(out: str | Path, ns: list[int] = DEFAULT_NS) -> str:
     summary, rows = load_summary(out)
     tables = [size_table(summary, rows, list(ns)), retrieval_recall_table(summary), regret_table(summary, list(ns)),
               cost_table(out, summary)]
@@ -226,15 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
 @main_guard
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if args.n is None:
-        ns = [1, 5, 10, 20]
-    else:
-        ns = args.n
+    if args.n is not None:  # asked for: each must have been scored (the defaults are cut to the sweep's n)
         n_max = load_summary(args.out)[0].get("n_max")
-        beyond = [n for n in ns if isinstance(n_max, int) and n > n_max]
+        beyond = [n for n in args.n if isinstance(n_max, int) and n > n_max]
         if beyond:
             raise UserError(f"--n {','.join(map(str, beyond))}: {args.out} scored n up to {n_max} (its --n)")
-    print(report(args.out, ns))
+    print(report(args.out, args.n or DEFAULT_NS))
     return 0
 
 

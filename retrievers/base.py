@@ -82,6 +82,19 @@ def walk(retriever: Any) -> Iterator[Any]:
         queue.extend(members_of(r))
 
 
+def constructor_params(obj: Any, cls: type | None = None) -> dict[str, Any]:
+    """The constructor parameters of ``obj`` as ``cls`` (default: its class) declares them, scikit-learn style
+    (each stored under its own name); a parameter the object does not hold is left out."""
+    import inspect
+
+    try:
+        params = inspect.signature((cls or type(obj)).__init__).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {n: getattr(obj, n) for n, p in params.items()
+            if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and hasattr(obj, n)}
+
+
 def release(retriever: Any) -> None:
     """Close what ``retriever`` and the members of a fused one hold open (Lucene readers and their memory-mapped
     index files), for a caller done with it; those without ``close`` hold nothing to release.  Best effort: a close

@@ -22,7 +22,7 @@ import numpy as np
 
 from data.errors import UserError
 from data.types import Corpus, Dataset, Queries
-from retrievers.base import Retriever
+from retrievers.base import Retriever, constructor_params
 from retrievers.types import Ranking
 
 EVAL_SPLITS = frozenset({"dev", "test", "valid", "validation", "eval"})
@@ -297,19 +297,13 @@ def member_config(member: Any) -> Any:
     """A member's JSON config: its ``to_dict()`` when it has one, else its name and its constructor parameters
     (scikit-learn style: stored under their own names), so a saved fuser says which members it was fitted with
     (``dense`` with which encoder, ``bm25`` with which k1 and b)."""
-    import inspect
     import json
 
     to_dict = getattr(member, "to_dict", None)
     if callable(to_dict):
         return to_dict()
     config: dict = {"name": getattr(member, "name", type(member).__name__)}
-    try:
-        names = [n for n, p in inspect.signature(type(member).__init__).parameters.items()
-                 if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    except (TypeError, ValueError):
-        names = []
-    params = {n: getattr(member, n) for n in names if hasattr(member, n)}
+    params = constructor_params(member)
     if params:
         config["params"] = json.loads(json.dumps(params, default=str))
     return config

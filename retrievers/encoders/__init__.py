@@ -122,7 +122,7 @@ def _call_factory(name: str, factory: Callable[..., Any], options: Mapping[str, 
     kwargs = {k: v for k, v in options.items() if takes_all or k in params or k not in OPTIONAL_ARGUMENTS}
     unknown = sorted(k for k in kwargs if params and not takes_all and k not in params)
     if unknown:
-        known = [k for k in params if k not in ("model", "device", "token_budget", "self")]
+        known = [k for k in params if k not in OPTIONAL_ARGUMENTS]
         raise UserError(f"encoder {name!r}: unknown option(s) {', '.join(unknown)} (it takes: {', '.join(known) or 'none'})")
     try:
         return factory(**kwargs)
