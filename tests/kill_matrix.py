@@ -547,7 +547,10 @@ class Matrix:
             os.killpg(proc.pid, signal.SIGSTOP)
         except ProcessLookupError:
             pass
-        while proc.poll() is None and not _stopped(proc.pid):
+        # a process caught forking (vfork, as subprocess spawns) waits uninterruptibly for its stopped child and never
+        # shows as stopped itself: after a bound, the SIGKILL below ends both
+        stopping = time.monotonic()
+        while proc.poll() is None and not _stopped(proc.pid) and time.monotonic() - stopping < STOP_WAIT_S:
             time.sleep(0.0005)
         kill.kill_s = round(time.monotonic() - t0, 3)
         kill.inside = proc.poll() is None and stage.inside(probe)
@@ -555,6 +558,9 @@ class Matrix:
         _killpg(proc)
         if proc.returncode not in (-signal.SIGKILL,) and kill.inside:
             kill.error = f"exit status {proc.returncode} instead of SIGKILL"
+
+
+STOP_WAIT_S = 5.0  # longest wait for the SIGSTOPped run to show as stopped
 
 
 def _killpg(proc: subprocess.Popen) -> None:
