@@ -70,7 +70,9 @@ class DataConfig(Section):
     dataset: str = setting("reqa_squad", "--dataset", "reqa_squad, reqa_nq, squad_open, beir:NAME, mteb:NAME, "
                            "iapp_wiki_qa_squad, squad_file:PATH, open:SOURCE, or a plugin's dataset name")
     split: str = setting("dev", "--split")
-    data_dir: Optional[str] = setting(None, "--data-dir", "local data directory (default: $QA_DATA_DIR)")
+    data_dir: Optional[str] = setting(None, "--data-dir", "local data directory, laid out like ../shared/data (default:"
+                                     " $QA_DATA_DIR, else ../shared/data beside the checkout, else ../shared/data from the"
+                                     " current directory)")
     data_file: Optional[str] = setting(None, "--data-file", "explicit dataset file")
     skip_bad_records: bool = setting(False, "--skip-bad-records", "skip (and count) invalid records instead of failing")
     language: str = setting("auto", "--language", "language of squad_file: and open: datasets: auto (squad_file: detected"

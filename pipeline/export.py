@@ -17,7 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dataset")
     p.add_argument("--split", default="dev")
     p.add_argument("--out")
-    p.add_argument("--data-dir")
+    p.add_argument("--data-dir", help="local data directory (default: $QA_DATA_DIR, else ../shared/data beside the "
+                   "checkout, else ../shared/data from the current directory)")
     p.add_argument("--data-file")
     p.add_argument("--limit", type=int, help="export only the first N questions (the corpus stays whole)")
     p.add_argument("--language", default="auto", help="language of squad_file: and open: datasets (auto, en, th)")

@@ -286,7 +286,7 @@ def main(argv=None) -> int:
     p.add_argument("--passage-chars", type=int, default=400, help="characters kept of each passage's text in the "
                    "retrieval browser (default: 400)")
     p.add_argument("--data-dir", help="where the run's dataset is, for the passages' texts (default: the run's --data-dir, "
-                   "else $QA_DATA_DIR)")
+                   "else the search order of --data-dir in python -m pipeline.run --help)")
     args = p.parse_args(argv)
     if args.passage_chars < 1:
         raise UserError(f"--passage-chars {args.passage_chars}: must be >= 1")

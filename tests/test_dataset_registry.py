@@ -107,6 +107,8 @@ def test_the_one_data_dir_lookup_honours_qa_data_dir_and_an_explicit_dir(tmp_pat
     assert squad_dict("dev", data_dir=None, data_file=None)[0] == tmp_path / "squad" / "dev-v1.1.json.zip"
     assert beir._local_dir("scifact", None, None) is None
     assert beir._local_dir("scifact", DATA, None) == DATA / "scifact"
+    # (with no ../shared/data beside the checkout or the current directory either)
+    monkeypatch.setattr(locations, "default_dirs", lambda: [tmp_path / "none-here", tmp_path / "nor-here"])
     for unset in ("", None):  # unset or empty: no data dir, and messages name the variable
         if unset is None:
             monkeypatch.delenv("QA_DATA_DIR")
@@ -115,6 +117,29 @@ def test_the_one_data_dir_lookup_honours_qa_data_dir_and_an_explicit_dir(tmp_pat
         assert locations.data_dir() is None and locations.shown_dir() == Path("$QA_DATA_DIR")
         assert locations.find_local(None, ["squad/dev-v1.1.json.zip"]) is None
         assert locations.find_local(DATA, ["nope.json", "squad/dev-v1.1.json.zip"]) == DATA / "squad" / "dev-v1.1.json.zip"
+
+
+def test_data_dir_search_order(tmp_path, monkeypatch):
+    """--data-dir, else $QA_DATA_DIR, else ../shared/data beside the checkout, else ../shared/data from the current
+    directory: the first that is given (1., 2.) or exists (3., 4.)."""
+    from data import locations
+
+    beside_checkout, beside_cwd = tmp_path / "checkout-data", tmp_path / "cwd-data"
+    monkeypatch.setattr(locations, "default_dirs", lambda: [beside_checkout, beside_cwd])
+    monkeypatch.setenv("QA_DATA_DIR", str(tmp_path / "env"))
+    assert locations.data_dir(tmp_path / "explicit") == tmp_path / "explicit"  # given, even when it does not exist
+    assert locations.data_dir() == tmp_path / "env"
+    monkeypatch.delenv("QA_DATA_DIR")
+    assert locations.data_dir() is None  # neither default exists
+    beside_cwd.mkdir()
+    assert locations.data_dir() == beside_cwd
+    beside_checkout.mkdir()
+    assert locations.data_dir() == beside_checkout
+    monkeypatch.undo()
+    # the real defaults: <checkout>/../shared/data, then ./../shared/data
+    monkeypatch.chdir(tmp_path)
+    assert locations.default_dirs() == [(ROOT / ".." / "shared" / "data").resolve(), (tmp_path / ".." / "shared" / "data").resolve()]
+    assert "--data-dir, else $QA_DATA_DIR" in locations.SEARCH_ORDER
 
 
 def test_no_other_data_module_reads_qa_data_dir():
