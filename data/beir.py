@@ -69,7 +69,7 @@ def _load(split, *, data_dir, data_file, arg, hub, prefix) -> Dataset:
     message = (f"{name}: no local BEIR copy at {where} (create it with corpus.jsonl[.gz], queries.jsonl[.gz],"
                f" qrels/{split}.tsv)")
     if hub_offline():
-        raise UserError(message + "; hub access is switched off (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)")
+        raise UserError(message + "; " + offline_reason())
     try:
         corpus_rows, query_rows, qrels_rows = _from_hub(hub, arg, split)
     except Exception as e:  # offline, unknown name, or no such split on the hub
@@ -207,9 +207,19 @@ def read_beir_dir(directory: str | Path, split: str, *, name: str | None = None)
 
 # ------------------------------------------------------------------------ hub
 def hub_offline() -> bool:
-    """True when the user switched hub access off (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``)."""
-    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
-               for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    """True when the hub is not to be used: switched off by the user (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``)
+    or not reachable (one probe per process, :mod:`data.hub`); :func:`data.hub.why_offline` says which."""
+    from data import hub
+
+    return hub.offline()
+
+
+def offline_reason() -> str:
+    """Why the hub is not used, as a message's tail: ``hub access is switched off (HF_HUB_OFFLINE)``,
+    ``https://huggingface.co cannot be reached: ...``."""
+    from data import hub
+
+    return hub.why_offline()
 
 
 def _from_hub(hub: str, arg: str, split: str):

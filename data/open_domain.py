@@ -390,7 +390,7 @@ def _named_store(path: Path):
 
 def open_corpus_store(source, skip_bad_records: bool = False):
     """The corpus store of a corpus source (built on first use), and its sources entry."""
-    from data.beir import hub_offline
+    from data.beir import hub_offline, offline_reason
     from data.corpus_store import cached_store, file_digest, tree_digest
     from data.io import read_ahead
     from data.open_sources import (BadRecords, NeedsPythonReader, corpus_files, detect_corpus_format, hub_corpus,
@@ -399,7 +399,7 @@ def open_corpus_store(source, skip_bad_records: bool = False):
     meta: dict = {}
     if source.kind == "hf":
         if hub_offline():
-            raise UserError(f"open: corpus hf:{source.path}: hub access is switched off (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE); give a local psgs_w100.tsv")
+            raise UserError(f"open: corpus hf:{source.path}: {offline_reason()}; give a local psgs_w100.tsv")
         import datasets
 
         key = ["hf", source.path, source.config, datasets.__version__]
@@ -446,14 +446,14 @@ def open_corpus_store(source, skip_bad_records: bool = False):
 
 def load_open_questions(source, split: str, *, data_dir=None, data_file=None, skip_bad_records=False):
     """(questions, sources, skipped) of a question source for ``split`` (``{split}`` in paths is replaced)."""
-    from data.beir import hub_offline
+    from data.beir import hub_offline, offline_reason
     from data.io import sha256_file
     from data.open_sources import BadRecords, detect_question_format, hub_questions, read_questions
 
     bad = BadRecords(skip_bad_records)
     if source.kind == "hf":
         if hub_offline():
-            raise UserError(f"open: questions hf:{source.path}: hub access is switched off (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE); give a local file")
+            raise UserError(f"open: questions hf:{source.path}: {offline_reason()}; give a local file")
         try:
             qs = hub_questions(source.path, source.config, split)
         except UserError:

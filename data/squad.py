@@ -170,19 +170,24 @@ def load_squad_counted(path: Path, digest: str, skip_bad_records: bool = False) 
 
 
 def load_squad_any(split: str, *, data_dir, data_file, skip_bad_records=False) -> tuple[dict, dict]:
-    """Load SQuAD v1.1 (local file, else the hub); returns (squad dict, sources)."""
+    """Load SQuAD v1.1 (local file, else the hub); returns (squad dict, sources).
+
+    The hub is tried only when it can be reached (:mod:`data.hub`, one probe per process); offline the error
+    naming the file to put where comes at once."""
+    from data import hub
     from data.locations import shown_dir
 
     path, digest = squad_dict(split, data_dir=data_dir, data_file=data_file)
     if path is not None:
         return load_squad_counted(path, digest, skip_bad_records)
+    message = (f"SQuAD v1.1 {split} not found: put {SQUAD_FILES[split][0]} (or .zip/.gz) under {shown_dir(data_dir)}"
+               " (set QA_DATA_DIR or --data-dir), or pass --data-file")
+    if hub.offline():
+        raise UserError(f"{message}; {hub.why_offline()}")
     try:
         return squad_from_hub(split), {"hf:squad": split}
-    except Exception as e:  # offline, or the datasets library cannot reach the hub
-        raise UserError(
-            f"SQuAD v1.1 {split} not found: put {SQUAD_FILES[split][0]} (or .zip/.gz) under {shown_dir(data_dir)}"
-            f" (set QA_DATA_DIR or --data-dir), or pass --data-file; the hub was not reachable ({type(e).__name__})"
-        ) from None
+    except Exception as e:  # the datasets library cannot reach the hub after all
+        raise UserError(f"{message}; the hub was not reachable ({type(e).__name__})") from None
 
 
 def squad_from_hub(split: str) -> dict:

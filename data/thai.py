@@ -251,13 +251,13 @@ def iapp_squad(split: str, *, data_dir: Path | None = None, data_file: Path | No
     path = _local_iapp(data_dir, data_file)
     if path is not None:
         return iapp_records_to_squad(read_iapp_file(path, split), stats, where=str(path)), {str(path): sha256_file(path)}
-    from data.beir import hub_offline
+    from data.beir import hub_offline, offline_reason
 
     where = locations.shown_dir(data_dir)
     message = (f"{IAPP_NAME} {split}: put the dataset's data.zip (data/train.jsonl, data/valid.jsonl, data/test.jsonl)"
                f" at {where / IAPP_NAME / 'data.zip'}, or pass --data-file")
     if hub_offline():
-        raise UserError(message + "; hub access is switched off (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)")
+        raise UserError(message + "; " + offline_reason())
     try:
         import datasets
 

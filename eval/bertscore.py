@@ -115,6 +115,10 @@ def _scorer(model: str, num_layers: int, device: str | None, is_default: bool, r
     from bert_score import BERTScorer
     from transformers import AutoConfig
 
+    if not Path(model).is_dir():  # a hub name: one probe; offline, only the local HF cache is looked in (no retries)
+        from data import hub
+
+        hub.offline()
     try:
         config = AutoConfig.from_pretrained(model)
     except (OSError, ValueError) as e:
@@ -144,8 +148,8 @@ _UNAVAILABLE_DEFAULTS: set[str] = set()  # default models that failed to load in
 def _load_scorer(model, num_layers, device, rescale: bool, language: str, fallback: bool):
     """(scorer, model name, layer, note or None): the default model, or the offline fallback when it cannot load.
 
-    A default model that could not be loaded is not tried again in the same process: offline, every attempt
-    waits for the hub client's retries (about 20 s), once per sweep level otherwise.
+    A default model that could not be loaded is not tried again in the same process.  Offline (:mod:`data.hub`)
+    the hub is not asked at all: the default loads from the local HF cache or the fallback is used at once.
     """
     name, layers, is_default = _resolve(model, num_layers, language)
     use_fallback = is_default and fallback and num_layers is None

@@ -165,6 +165,7 @@ def _prepare(config: RunConfig, engine, timer):
     if model:
         from pipeline.reading import make_reader
 
+        check_reader_source(model)
         with timer("load_reader"):
             reader = engine.prepare_reader(make_reader(config.reader, device=config.device, threads=config.threads))
     return out, selector, reader
@@ -233,6 +234,47 @@ def run_facts(retriever, engine) -> dict:
     from retrievers.dense import default_shard_rows
 
     return {"engine": engine.info(), "shard_rows": default_shard_rows(), **retriever_facts(retriever)}
+
+
+def local_readers() -> list[Path]:
+    """Extractive QA checkpoints beside the data (``<data dir>/../models/*`` holding a ``config.json`` whose
+    architecture answers questions), e.g. ``../shared/models/minilm-squad-reader``."""
+    import json
+
+    from data.locations import data_dir
+
+    root = data_dir()
+    if root is None or not (root.parent / "models").is_dir():
+        return []
+    found = []
+    for config in sorted((root.parent / "models").glob("*/config.json")):
+        try:
+            architectures = json.loads(config.read_text(encoding="utf-8")).get("architectures") or []
+        except (OSError, ValueError, AttributeError):
+            continue
+        if any(str(a).endswith("ForQuestionAnswering") for a in architectures):
+            found.append(config.parent)
+    return found
+
+
+def check_reader_source(model: str) -> None:
+    """A reader named by hub name -- an alias (``bert-base``) or ``org/model`` -- when the hub is not to be used: it
+    must be in the local HF cache, else one error line naming a local directory to pass instead, before anything is
+    loaded and without the hub client's retries (one probe, :mod:`data.hub`).  Paths, and bare names that are no
+    alias of ours (a reader's own aliases), are left to the reader's own checks."""
+    from data import hub
+    from readers.extractive import ALIASES
+
+    name = ALIASES.get(model, model)
+    if model not in ALIASES and (name.count("/") != 1 or name.startswith((".", "/", "~")) or "\\" in name
+                                 or Path(name).expanduser().exists()):
+        return
+    if not hub.offline() or hub.cached_locally(name):
+        return
+    local = local_readers()
+    instead = f", e.g. --reader {hub.shown_path(local[0])}" if local else ""
+    raise UserError(f"--reader {model}: {name} is a Hugging Face hub model, not in the local HF cache ({hub.cache_dir()}),"
+                    f" and {hub.why_offline()}; pass --reader DIR, a local checkpoint directory{instead}")
 
 
 def check_environment(config: RunConfig) -> None:

@@ -14,7 +14,6 @@ autocast on CUDA).
 from __future__ import annotations
 
 import hashlib
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
@@ -74,7 +73,10 @@ def load_sentence_encoder(name_or_path: str, device: str):
 
 
 def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0") not in {"0", "", "false", "False"}
+    """The hub is not to be used (switched off, or one probe found it unreachable: :mod:`data.hub`)."""
+    from data import hub
+
+    return hub.offline()
 
 
 def model_fingerprint(name_or_path: str) -> str:
