@@ -42,7 +42,9 @@ order (Google distributes ``v1.0/dev/nq-dev-00..04.jsonl.gz`` and
   ``nq/v1.0-simplified_simplified-nq-train.jsonl.gz``.
 
 Converted datasets are cached under the project cache, keyed by the input
-files' sha256 (hashes of big files are remembered by path, size and mtime).
+files' sha256 (hashes of big files are remembered by path, size and mtime);
+one streamed from the hub (no local file, online) is keyed by the hub
+dataset's revision, so it is streamed once, not on every run.
 """
 
 from __future__ import annotations
@@ -378,11 +380,12 @@ def _local_nq(split: str, data_dir: Path | None) -> Path | None:
 
 
 def nq_squad(split: str, *, data_dir: Path | None = None, data_file: Path | None = None,
-             stats: dict | None = None) -> tuple[dict, dict]:
+             stats: dict | None = None, revision: str | None = None) -> tuple[dict, dict]:
     """The ReQA NQ SQuAD-format dict for ``split`` and its sources (path -> sha256).
 
     The converted dict is cached (``<cache>/nq/<key>.json.gz``) under the
-    input files' sha256; ``stats`` receives the conversion counts.
+    input files' sha256; ``stats`` receives the conversion counts.  Without a
+    local file it is streamed from the hub (at ``revision`` when given).
     """
     from data.io import atomic_path, cache_dir, sha256_text
 
@@ -391,7 +394,7 @@ def nq_squad(split: str, *, data_dir: Path | None = None, data_file: Path | None
     stats = {} if stats is None else stats
     path = Path(data_file) if data_file else _local_nq(split, data_dir)
     if path is None:
-        return _nq_squad_from_hub(split, data_dir, stats)
+        return _nq_squad_from_hub(split, data_dir, stats, revision)
     files = nq_files(path)
     sources = {str(p): remembered_sha256_file(p) for p in files}
     key = sha256_text(CONVERTER_VERSION, sorted(sources.values()))[:24]
@@ -415,8 +418,23 @@ def nq_squad(split: str, *, data_dir: Path | None = None, data_file: Path | None
     return squad, sources
 
 
-def _nq_squad_from_hub(split: str, data_dir: Path | None, stats: dict) -> tuple[dict, dict]:
-    from data.beir import hub_offline
+def hub_revision() -> str:
+    """The commit of the hub's Natural Questions dataset now (what a build from the hub is keyed by); a
+    ``UserError`` when the hub cannot say."""
+    try:
+        from huggingface_hub import HfApi
+
+        sha = HfApi().dataset_info(HF_NQ).sha
+    except Exception as e:
+        raise UserError(f"reqa_nq: the revision of {HF_NQ} could not be read from the hub ({type(e).__name__})") from None
+    if not sha:
+        raise UserError(f"reqa_nq: the hub gave no revision of {HF_NQ}")
+    return str(sha)
+
+
+def _nq_squad_from_hub(split: str, data_dir: Path | None, stats: dict,
+                       revision: str | None = None) -> tuple[dict, dict]:
+    from data.beir import hub_offline, offline_reason
 
     where = locations.shown_dir(data_dir)
     message = (
@@ -424,17 +442,18 @@ def _nq_squad_from_hub(split: str, data_dir: Path | None, stats: dict) -> tuple[
         f" (NQ v1.0 release, v1.0/{split}/) in {where / 'nq' / split}/, or pass --data-file FILE_OR_DIR"
     )
     if hub_offline():
-        raise UserError(message + "; hub access is switched off (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)")
+        raise UserError(message + "; " + offline_reason())
     try:
         import datasets
 
-        rows = datasets.load_dataset(HF_NQ, split={"dev": "validation", "train": "train"}[split], streaming=True)
+        rows = datasets.load_dataset(HF_NQ, split={"dev": "validation", "train": "train"}[split], streaming=True,
+                                     **({"revision": revision} if revision else {}))
         squad = nq_to_squad(iter(rows), stats)
     except UserError:
         raise
     except Exception as e:
         raise UserError(message + f"; the hub was not reachable ({type(e).__name__})") from None
-    return squad, {f"hf:{HF_NQ}": split}
+    return squad, {f"hf:{HF_NQ}": split, **({"hf_revision": revision} if revision else {})}
 
 
 # ------------------------------------------------------------ registry loader
@@ -442,24 +461,31 @@ def load_reqa_nq(split: str, *, data_dir: Path | None = None, data_file: Path | 
                  skip_bad_records: bool = False) -> Dataset:
     """ReQA NQ for ``split`` (dev or train): NQ -> :func:`nq_to_squad` -> :func:`data.reqa.build_reqa`.
 
-    ``dataset.sources`` holds the input checksums and the conversion counts
-    (``nq_records``, ``nq_kept``, ``nq_<skip reason>``).
+    ``dataset.sources`` holds the input checksums (or the hub dataset and its
+    revision) and the conversion counts (``nq_records``, ``nq_kept``,
+    ``nq_<skip reason>``).  Built once and cached (:func:`data.cache.cached_build`):
+    from local files keyed by their sha256, from the hub by the dataset's
+    revision, so a second run reads the cache instead of streaming NQ again.
     """
+    from data.beir import hub_offline
     from data.cache import cached_build
     from data.reqa import build_reqa
 
     if split not in NQ_LOCAL:
         raise UserError(f"reqa_nq has no split {split!r}; use dev or train")
     path = Path(data_file) if data_file else _local_nq(split, data_dir)
+    revision = None if path is not None or hub_offline() else hub_revision()
 
     def build() -> Dataset:
         stats: dict = {}
-        squad, sources = nq_squad(split, data_dir=data_dir, data_file=data_file, stats=stats)
+        squad, sources = nq_squad(split, data_dir=data_dir, data_file=data_file, stats=stats, revision=revision)
         sources = dict(sources)
         sources.update({f"nq_{k}": v for k, v in stats.items()})
         return build_reqa(squad, name="reqa_nq", split=split, sources=sources)
 
     if path is None:
-        return build()
+        if revision is None:
+            return build()  # offline: its one-line error names the files to put where
+        return cached_build(["reqa_nq", CONVERTER_VERSION, split, "hub", HF_NQ, revision], build)
     digests = sorted(remembered_sha256_file(p) for p in nq_files(path))
     return cached_build(["reqa_nq", CONVERTER_VERSION, split, digests], build)

@@ -586,47 +586,97 @@ def test_conversion_cache_survives_corruption(tmp_path):
 
 
 class _FakeDatasets:
-    """Stands in for the ``datasets`` package (third party) so the hub path runs offline."""
+    """Stands in for the ``datasets`` package (third party) so the hub path runs offline: its rows are given, or
+    streamed from a local file of Hugging Face ``natural_questions`` records."""
 
-    def __init__(self, rows=None, error=None):
-        self.rows, self.error, self.calls = rows, error, []
+    def __init__(self, rows=None, error=None, path=None):
+        self.rows, self.error, self.path, self.calls = rows, error, path, []
 
-    def load_dataset(self, name, split=None, streaming=False):
-        self.calls.append((name, split, streaming))
+    def load_dataset(self, name, split=None, streaming=False, revision=None):
+        self.calls.append((name, split, streaming) + ((revision,) if revision else ()))
         if self.error:
             raise self.error
+        if self.path is not None:
+            return (json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines())
         return iter(self.rows)
 
 
-def test_hub_fallback(tmp_path, monkeypatch):
+@pytest.fixture
+def hub_online(monkeypatch):
+    """The hub taken as reachable (no probe) and the hub's NQ at a revision the test sets (``revision["sha"]``)."""
+    from data import hub, nq
+
+    for name in hub.OFFLINE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    hub.assume(reachable=True)
+    revision = {"sha": "rev1"}
+    monkeypatch.setattr(nq, "hub_revision", lambda: revision["sha"], raising=False)
+    yield revision
+    hub.forget()
+
+
+def test_hub_fallback(tmp_path, monkeypatch, hub_online):
     import sys
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+
+    from data import hub, locations
+
     fake = _FakeDatasets(rows=[hf_record(r, with_bytes=True) for r in RECORDS])
     monkeypatch.setitem(sys.modules, "datasets", fake)
     ds = load_reqa_nq("dev", data_dir=tmp_path, data_file=None, arg=None)
-    assert fake.calls == [("google-research-datasets/natural_questions", "validation", True)]
+    assert fake.calls == [("google-research-datasets/natural_questions", "validation", True, "rev1")]
     assert ds.queries.question_ids == ["101", "102", "103", "201", "202", "203"]
     assert ds.sources["hf:google-research-datasets/natural_questions"] == "dev" and ds.sources["nq_kept"] == 6
+    assert ds.sources["hf_revision"] == "rev1"
     load_reqa_nq("train", data_dir=tmp_path, data_file=None, arg=None)
-    assert fake.calls[-1] == ("google-research-datasets/natural_questions", "train", True)
+    assert fake.calls[-1] == ("google-research-datasets/natural_questions", "train", True, "rev1")
+    hub_online["sha"] = "rev2"  # (a build from the hub is cached per revision: a new one is streamed)
     monkeypatch.setitem(sys.modules, "datasets", _FakeDatasets(error=ConnectionError("down")))
     with pytest.raises(UserError) as err:
         load_reqa_nq("dev", data_dir=tmp_path, data_file=None, arg=None)
     assert str(err.value) == (f"reqa_nq dev: Natural Questions not found: put the original-format shards "
                               f"nq-dev-00..04.jsonl.gz (NQ v1.0 release, v1.0/dev/) in {tmp_path / 'nq' / 'dev'}/, "
                               f"or pass --data-file FILE_OR_DIR; the hub was not reachable (ConnectionError)")
+    hub_online["sha"] = "rev3"
     monkeypatch.setitem(sys.modules, "datasets", _FakeDatasets(rows=[{"example_id": 1, "document": "x"}]))
     with pytest.raises(UserError, match="not a Natural Questions record"):  # a UserError passes through as it is
         load_reqa_nq("dev", data_dir=tmp_path, data_file=None, arg=None)
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    hub.forget()
     monkeypatch.delenv("QA_DATA_DIR", raising=False)
+    monkeypatch.setattr(locations, "default_dirs", lambda: [tmp_path / "no-such-dir"])
     from data.nq import nq_squad
     with pytest.raises(UserError) as err:
         nq_squad("train", data_dir=None)
     assert str(err.value) == ("reqa_nq train: Natural Questions not found: put the original-format shards "
                               "nq-train-00..49.jsonl.gz (NQ v1.0 release, v1.0/train/) in $QA_DATA_DIR/nq/train/, "
-                              "or pass --data-file FILE_OR_DIR; hub access is switched off (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)")
+                              "or pass --data-file FILE_OR_DIR; hub access is switched off (HF_DATASETS_OFFLINE)")
+
+
+def test_reqa_nq_from_the_hub_is_built_once_and_cached(tmp_path, monkeypatch, hub_online):
+    """reqa_nq with no local NQ streams the hub's NQ once: a second load, in this process or another, reads the
+    built dataset from the cache; a new revision of the hub's dataset is streamed again.  The stand-in for the hub
+    streams a small local file of Hugging Face natural_questions records."""
+    import sys
+
+    from data.registry import load_dataset
+
+    records = tmp_path / "nq-hf.jsonl"
+    write_jsonl(records, [hf_record(r, with_bytes=True) for r in RECORDS], gz=False)
+    fake = _FakeDatasets(path=records)
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    first = load_dataset("reqa_nq", "dev", data_dir=tmp_path / "empty")
+    assert len(fake.calls) == 1 and first.queries.question_ids == ["101", "102", "103", "201", "202", "203"]
+    again = load_dataset("reqa_nq", "dev", data_dir=tmp_path / "empty")
+    assert len(fake.calls) == 1, "reqa_nq streamed NQ from the hub again"
+    assert again.corpus.texts == first.corpus.texts and again.queries.texts == first.queries.texts
+    assert [g.tolist() for g in again.queries.gold] == [g.tolist() for g in first.queries.gold]
+    assert again.sources == first.sources and again.sources["hf_revision"] == "rev1"
+    assert len(list((tmp_path / "cache" / "datasets").glob("*.pkl"))) == 1
+    load_dataset("reqa_nq", "train", data_dir=tmp_path / "empty")  # another split is another build
+    assert len(fake.calls) == 2
+    hub_online["sha"] = "rev2"
+    load_dataset("reqa_nq", "dev", data_dir=tmp_path / "empty")
+    assert len(fake.calls) == 3 and fake.calls[-1][-1] == "rev2"
 
 
 def test_built_datasets_are_cached_for_files_and_data_dirs(tmp_path):
