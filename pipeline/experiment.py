@@ -7,7 +7,7 @@ MRR/R@k, plus BEIR's nDCG@10/MRR@10/R@100/R@1000 for BEIR/MTEB sets and DPR
 top-k accuracy for open-domain sets).  With a reader it selects n passages
 per question (``config.selector``), reads them and scores the answers.
 
-Outputs in ``config.out``: metrics.json, run.trec (top 100), qrels and
+Outputs in ``config.out``: metrics.json, run.trec (the whole ranking the metrics are computed from), qrels and
 queries, per_query.jsonl, manifest.json and, with a reader, predictions.json,
 details.jsonl and selector.json.  They are written together at the end
 (metrics.json last): a run that fails or is killed leaves none of them

@@ -1,7 +1,7 @@
 """The retrieval half of ``pipeline.report``: where each question's first gold passage ranks, and what came first.
 
 Built from the files a ``pipeline.run`` directory holds -- ``run.trec`` (the
-top 100 per question), ``qrels.tsv`` (or ``qrels.trec``; a passage is gold
+whole ranking, ``--depth`` per question), ``qrels.tsv`` (or ``qrels.trec``; a passage is gold
 when its grade is > 0), ``queries.jsonl`` and ``per_query.jsonl`` -- and, for
 the passages' texts, the dataset the manifest names, loaded again as the run
 loaded it (``data.registry.load_dataset`` with the manifest's data settings;
@@ -10,14 +10,16 @@ the browser still shows ids, ranks and scores, and says why the texts are
 missing.
 
 * a summary: how many questions have their first gold passage at rank 1,
-  2-5, 6-10, 11-100 (run.trec's depth), beyond it but within the retrieval
-  depth (from per_query.jsonl's ``rr``), or not within the retrieval depth;
+  2-5, 6-10, 11-100, 101 to run.trec's depth, beyond it but within the
+  retrieval depth (a run.trec cut shorter, e.g. written before run.trec held
+  the whole ranking: from per_query.jsonl's ``rr``), or not within the
+  retrieval depth;
 * a per-question browser: the question (and its gold answers when the dataset
   has them), the rank of its first gold passage in run.trec (or "not within
-  the top 100"), the top passages (rank, id, retriever score, text; the gold
+  the top N"), the top passages (rank, id, retriever score, text; the gold
   ones marked; on sentence-level sets, sentences of a gold paragraph too) and
   the gold passages that are not among them, with their rank or "not within
-  the top 100".  Filters: first gold not in run.trec (``missed``), first gold
+  the top N".  Filters: first gold not in run.trec (``missed``), first gold
   below rank k (``k``), a rank bucket of the summary (``bucket``), and a
   dataset field when the run has one with several values (the SQuAD article
   of a question, read from the dataset's SQuAD file; the title of the first
@@ -235,15 +237,18 @@ def retrieval_data(directory: str | Path, metrics: dict, *, top: int = TOP, char
     directory = Path(directory)
     if not (directory / "run.trec").is_file():
         raise UserError(f"{directory}: no run.trec")
-    run = read_run(directory / "run.trec")
     relevant = read_relevant(directory)
     if relevant is None:
         raise UserError(f"{directory}: no qrels.tsv or qrels.trec")
+    # run.trec holds the whole ranking (--depth per question, millions of lines at 1000): what is shown is each
+    # question's top and where its gold passages rank
+    stats: dict = {}
+    run = read_run(directory / "run.trec", keep=lambda q, d, r: r <= top or d in relevant.get(q, ()), stats=stats)
     queries = _jsonl(directory / "queries.jsonl")
     per_query = {str(r.get("id")): r for r in _jsonl(directory / "per_query.jsonl")}
     order = [str(q["_id"]) for q in queries] or list(dict.fromkeys(list(run) + list(relevant)))
     texts = {str(q["_id"]): str(q.get("text", "")) for q in queries}
-    depth = max((h[-1][0] for h in run.values() if h), default=0)
+    depth = stats["depth"]
     reqa = (metrics.get("retrieval") or {}).get("reqa") or {}
     retrieval_depth = reqa.get("depth") or depth
     labels, edges = bucket_labels(depth, retrieval_depth)

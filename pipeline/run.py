@@ -9,7 +9,8 @@ nDCG@10/MRR@10/R@100/R@1000 for BEIR/MTEB sets).  With a reader it selects n
 passages per question (``--selector``), reads them and scores the answers
 (EM, F1, ROUGE-L, METEOR, optionally BERT-F1).
 
-Outputs in ``--out DIR``: metrics.json, run.trec (top 100), manifest.json and,
+Outputs in ``--out DIR``: metrics.json, run.trec (the whole ranking, ``--depth`` hits per
+question: what the retrieval metrics are computed from), manifest.json and,
 with a reader, predictions.json (SQuAD-style id -> answer), details.jsonl and
 selector.json.  They are written together at the end (metrics.json last): a
 run that fails or is killed leaves none of them half-written.

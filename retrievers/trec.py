@@ -13,19 +13,28 @@ from retrievers.types import Ranking
 
 
 def write_trec_run(path: str | Path, ranking: Ranking, query_ids: Sequence[str], doc_ids: Sequence[str], tag: str) -> None:
+    """Every hit of every query (a row's ``-1`` padding ends it), ranks from 1, scores with 6 decimals."""
     tag = "".join(tag.split()) or "run"
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
-            for q, qid in enumerate(query_ids):
-                for j, (cid, s) in enumerate(zip(ranking.ids[q], ranking.scores[q])):
-                    if cid < 0:
-                        break
-                    f.write(f"{qid} Q0 {doc_ids[cid]} {j + 1} {float(s):.6f} {tag}\n")
+            for q, qid in enumerate(query_ids):  # one write per query: a depth-1000 run has millions of lines
+                row = ranking.ids[q]
+                pad = np.flatnonzero(row < 0)
+                n = int(pad[0]) if len(pad) else len(row)
+                head, tail = f"{qid} Q0 ", f" {tag}\n"
+                docs = [doc_ids[c] for c in row[:n].tolist()]
+                scores = ranking.scores[q, :n].astype(np.float64).tolist()
+                f.write("".join([f"{head}{d} {j} {s:.6f}{tail}" for j, (d, s) in enumerate(zip(docs, scores), 1)]))
 
 
-def read_run(path: str | Path) -> dict[str, list[tuple[int, str, float]]]:
-    """``qid -> [(rank, docid, score)]`` in rank order: a TREC run as its lines say, no corpus needed."""
+def read_run(path: str | Path, keep=None, stats: dict | None = None) -> dict[str, list[tuple[int, str, float]]]:
+    """``qid -> [(rank, docid, score)]`` in rank order: a TREC run as its lines say, no corpus needed.
+
+    ``keep(qid, docid, rank)``, when given, chooses the hits kept (every line is still checked; a document ranked
+    twice is found among the kept ones): a reader of a deep run that needs its top and a few more holds only those.
+    ``stats`` receives ``depth``, the deepest rank of any line."""
     out: dict[str, list[tuple[int, str, float]]] = {}
+    deepest = 0
     seen: dict[tuple[str, str], int] = {}
     try:
         f = open(path, "rb")
@@ -50,6 +59,9 @@ def read_run(path: str | Path) -> dict[str, list[tuple[int, str, float]]]:
                 raise UserError(f"{path}:{n}: rank {parts[3]!r} or score {parts[4]!r} is not a number") from None
             if not np.isfinite(hit[2]):
                 raise UserError(f"{path}:{n}: score {parts[4]!r} is not a finite number")
+            deepest = max(deepest, hit[0])
+            if keep is not None and not keep(parts[0], parts[2], hit[0]):
+                continue
             if (parts[0], parts[2]) in seen:  # (trec_eval refuses these too)
                 raise UserError(f"{path}:{n}: document {parts[2]!r} ranked again for query {parts[0]!r}"
                                 f" (also line {seen[parts[0], parts[2]]})")
@@ -57,6 +69,8 @@ def read_run(path: str | Path) -> dict[str, list[tuple[int, str, float]]]:
             out.setdefault(parts[0], []).append(hit)
     for hits in out.values():
         hits.sort(key=lambda h: h[0])
+    if stats is not None:
+        stats["depth"] = deepest
     return out
 
 

@@ -78,17 +78,54 @@ def test_export_uses_the_run_ids(reqa_bm25, tmp_path):
 
 @pytest.mark.slow
 def test_scifact_run_trec_and_qrels_give_our_metrics(scifact_bm25):
+    """Every number of metrics.json recomputed by pytrec_eval from run.trec + qrels.tsv alone: run.trec holds the
+    whole depth-1000 ranking they are computed from, so R@1000 is re-made too (run.trec was cut at 100)."""
     metrics = json.loads((scifact_bm25 / "metrics.json").read_text())["retrieval"]
     run = read_trec(scifact_bm25 / "run.trec")
+    assert max(len(hits) for hits in run.values()) == 1000  # --depth's default: the whole ranking (BM25 ranks fewer
+    # for a query whose words few documents hold)
     mrr, _ = mean_rr(run, scifact_bm25 / "qrels.tsv")
-    # run.trec holds the top 100 of a depth-1000 ranking: gold below 100 adds < 1/100 per query to our MRR
-    assert mrr == pytest.approx(metrics["reqa"]["sentence"]["MRR"], abs=0.002)
+    assert mrr == pytest.approx(metrics["reqa"]["sentence"]["MRR"], abs=1e-4)  # (ReQA averages tied ranks)
     from eval.qrels import read_qrels
 
     qrels = read_qrels(scifact_bm25 / "qrels.tsv")
-    res = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100"}).evaluate(run)
+    res = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100", "recall.1000"}).evaluate(run)
     assert np.mean([v["ndcg_cut_10"] for v in res.values()]) == pytest.approx(metrics["beir"]["nDCG@10"], abs=1e-9)
     assert np.mean([v["recall_100"] for v in res.values()]) == pytest.approx(metrics["beir"]["R@100"], abs=1e-9)
+    assert np.mean([v["recall_1000"] for v in res.values()]) == pytest.approx(metrics["beir"]["R@1000"], abs=1e-9)
+    assert metrics["beir"]["R@1000"] > metrics["beir"]["R@100"]  # (so a run.trec cut at 100 could not give it)
+
+
+@pytest.fixture(scope="module")
+def reqa_bm25_deep(tmp_path_factory):
+    """ReQA at the command's default depth (1000), as the README's first command runs it, on 300 questions."""
+    out = tmp_path_factory.mktemp("reqa_bm25_deep")
+    proc = run_cli("--dataset", "reqa_squad", "--split", "dev", "--retriever", "bm25", "--limit", "300", "--out", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def test_reqa_metrics_are_recomputed_from_run_trec_at_the_whole_depth(reqa_bm25_deep):
+    """ReQA's MRR and R@k from run.trec + qrels.tsv by pytrec_eval (R@k of a question: a gold sentence in the top k,
+    trec_eval's success@k), and which questions find a gold sentence within the depth at all."""
+    metrics = json.loads((reqa_bm25_deep / "metrics.json").read_text())["retrieval"]["reqa"]
+    run = read_trec(reqa_bm25_deep / "run.trec")
+    assert metrics["depth"] == 1000 and max(len(hits) for hits in run.values()) == 1000
+    from eval.qrels import read_qrels
+
+    qrels = read_qrels(reqa_bm25_deep / "qrels.tsv")
+    res = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank", "success.1,5,10", "recall.1000"}).evaluate(run)
+    found = sum(v["recall_1000"] > 0 for v in res.values())
+    assert found == metrics["questions"] - metrics["not_found_within_depth"]
+    per_query = {r["id"]: r for r in map(json.loads, (reqa_bm25_deep / "per_query.jsonl").read_text().splitlines())}
+    deep = [q for q, v in res.items() if 0 < v["recip_rank"] < 1 / 100]
+    assert deep, "no question's first gold sentence ranks below 100 in this slice"
+    for q in deep:  # the ranks run.trec was cut off before
+        assert per_query[q]["rr"] > 0 and 1 / per_query[q]["rr"] == pytest.approx(1 / res[q]["recip_rank"], abs=5)
+    # ties: ReQA averages tied ranks, trec_eval orders them by document id
+    assert np.mean([v["recip_rank"] for v in res.values()]) == pytest.approx(metrics["sentence"]["MRR"], abs=0.002)
+    for k in (1, 5, 10):
+        assert np.mean([v[f"success_{k}"] for v in res.values()]) == pytest.approx(metrics["sentence"][f"R@{k}"], abs=0.01)
 
 
 def test_progress_in_a_log_is_lines_not_carriage_returns(reqa_bm25):

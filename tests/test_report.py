@@ -150,7 +150,7 @@ SQUAD_DEV = "squad/dev-v1.1.json.zip"
 @pytest.fixture(scope="module")
 def retrieval_run(tmp_path_factory):
     """A retrieval-only run over the first 820 SQuAD dev ids: 810 ReQA questions, the Super Bowl 50 article and 10 of
-    Warsaw's (two articles, so the article filter is offered), depth 1000 (run.trec keeps the top 100)."""
+    Warsaw's (two articles, so the article filter is offered), depth 1000 (run.trec holds all 1000)."""
     out = tmp_path_factory.mktemp("retrieval_run")
     proc = run_cli("--dataset", "reqa_squad", "--split", "dev", "--retriever", "bm25", "--limit", "820",
                    "--threads", "1", "--out", out, module="pipeline.run")
@@ -208,13 +208,14 @@ def test_retrieval_only_report_has_first_gold_ranks_agreeing_with_run_trec_and_q
     first = files_first_gold(retrieval_run)
     assert [q["id"] for q in data["questions"]] == list(first) and len(first) == 810
     assert {q["id"]: q["r"] for q in data["questions"]} == first
-    assert data["depth"] == 100 and data["retrieval_depth"] == 1000 and data["top"] == 10
-    # the summary: rank buckets from the files; the questions beyond run.trec split by per_query.jsonl's rr
+    assert data["depth"] == 1000 and data["retrieval_depth"] == 1000 and data["top"] == 10
+    # the summary: rank buckets from the files; run.trec is the whole ranking, so a question not in it has rr 0
     rr = {r["id"]: r["rr"] for r in map(json.loads, (retrieval_run / "per_query.jsonl").read_text().splitlines())}
     ranks = list(first.values())
+    assert all(rr[q] == 0 for q, r in first.items() if r is None)
     expected = [sum(r == 1 for r in ranks if r), sum(2 <= r <= 5 for r in ranks if r), sum(6 <= r <= 10 for r in ranks if r),
-                sum(11 <= r <= 100 for r in ranks if r), sum(r is None and rr[q] > 0 for q, r in first.items()),
-                sum(r is None and rr[q] == 0 for q, r in first.items())]
+                sum(11 <= r <= 100 for r in ranks if r), sum(101 <= r <= 1000 for r in ranks if r),
+                sum(r is None for r in ranks)]
     table = re.search(r'<table id="first-gold-table">(.*?)</table>', page, re.S).group(1)
     counts = [int(n) for n in re.findall(r"</a></td><td>(\d+)</td>", table)]
     assert counts == expected and sum(counts) == 810 and expected[4] > 0 and expected[5] > 0
