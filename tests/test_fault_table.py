@@ -112,6 +112,41 @@ def test_the_summary_fails_on_any_failure_and_the_markdown_shows_it():
     assert fuzz_only.startswith("**Every fault recovered, every case passed**: 0 of 350 fuzz cases failed.\n")
 
 
+def test_the_headline_counts_the_damaged_inputs_accepted():
+    """Reports that count them (``accepted_damaged``) give the headline the number the guide promises is 0; an older
+    report without the count leaves it out rather than claim 0."""
+    counted = [dict(e, accepted_damaged=0) for e in FUZZ[:2]] + [dict(FUZZ[2], accepted_damaged=1)]
+    rows = {r["format"]: r for r in fuzz_rows(counted)}
+    assert (rows["squad"]["accepted"], rows["trec-run"]["accepted"]) == (0, 1)
+    text = markdown(summarize({"fuzz": counted}))
+    assert text.startswith("**FAILURES**: damaged input accepted in 1 case; 1 of 430 fuzz cases failed.")
+    assert "430 fuzz cases, 1 failed, 1 of them damaged input accepted." in text
+    clean = markdown(summarize({"fuzz": counted[:2]}))
+    assert clean.startswith("**Every fault recovered, every case passed**: damaged input accepted in 0 cases; 0 of 350")
+    assert summarize({"fuzz": [*counted[:2], FUZZ[0]]})["totals"]["fuzz_accepted"] is None
+    assert "damaged input accepted" not in markdown(summarize({"fuzz": FUZZ}))
+
+
+def test_a_fuzz_case_that_accepts_damaged_input_is_counted_as_such(tmp_path, monkeypatch):
+    from tests.test_fuzz_parsers import ACCEPTED, Tally
+
+    monkeypatch.setenv("QA_FUZZ_REPORT", str(tmp_path / "fuzz.json"))
+    tally = Tally("toy")
+
+    def prop():
+        for outcome in ("ok", "accepted", "other"):
+            try:
+                with tally.case():
+                    assert outcome != "accepted", f"{ACCEPTED}: [('0', '', '')]"
+                    assert outcome != "other", "a valid file was refused"
+            except AssertionError:
+                pass
+
+    tally.run(prop)
+    assert json.loads((tmp_path / "fuzz.json").read_text()) == [
+        {"format": "toy", "cases_tried": 3, "failures": 2, "accepted_damaged": 1}]
+
+
 def test_the_command_exits_non_zero_on_a_failed_kill_or_fuzz_case(tmp_path):
     out = tmp_path / "results"
     out.mkdir()

@@ -33,9 +33,10 @@ Budget: the default run tries 25-150 cases per property (one per command for ``c
 Report: with ``QA_FUZZ_REPORT=PATH.json`` every property appends one object to the JSON list in that file
 (created when missing; written atomically under a lock, so parallel runs may share it)::
 
-    [{"format": "squad", "cases_tried": 40, "failures": 0}, ...]
+    [{"format": "squad", "cases_tried": 40, "failures": 0, "accepted_damaged": 0}, ...]
 
-``cases_tried`` counts the examples hypothesis ran (shrinking included) and ``failures`` those that failed;
+``cases_tried`` counts the examples hypothesis ran (shrinking included), ``failures`` those that failed and
+``accepted_damaged`` the failures that were damaged input accepted (parsed where only a ``UserError`` is right);
 a format appears once per property (sum them per format).  Hypothesis' example database is off: nothing is
 written into the working tree.
 """
@@ -73,11 +74,15 @@ def fuzz_settings(default: int, examples: int = 0):
 
 
 # ------------------------------------------------------------------ report
+ACCEPTED = "damaged input was accepted"  # how outcome() says a damaged file was not refused
+
+
 class Tally:
-    """Counts the cases one property tried and failed; :meth:`run` appends them to ``$QA_FUZZ_REPORT``."""
+    """Counts the cases one property tried and failed, and of those the damaged inputs that were accepted;
+    :meth:`run` appends them to ``$QA_FUZZ_REPORT``."""
 
     def __init__(self, fmt: str):
-        self.fmt, self.tried, self.failures = fmt, 0, 0
+        self.fmt, self.tried, self.failures, self.accepted = fmt, 0, 0, 0
 
     @contextlib.contextmanager
     def case(self):
@@ -89,15 +94,17 @@ class Tally:
         except UnsatisfiedAssumption:  # (assume(): a case hypothesis drops, not a failure)
             self.tried -= 1
             raise
-        except Exception:
+        except Exception as e:
             self.failures += 1
+            self.accepted += isinstance(e, AssertionError) and str(e).startswith(ACCEPTED)
             raise
 
     def run(self, prop) -> None:
         try:
             prop()
         finally:
-            append_report({"format": self.fmt, "cases_tried": self.tried, "failures": self.failures})
+            append_report({"format": self.fmt, "cases_tried": self.tried, "failures": self.failures,
+                           "accepted_damaged": self.accepted})
 
 
 def append_report(entry: dict) -> None:
@@ -143,7 +150,7 @@ def outcome(parse, path, expect: str, value=None, *, whole_file=(), fields=False
         assert expect != "ok", f"a valid file was refused: {e}"
         check_error(e, path, whole_file=whole_file, fields=fields)
         return None
-    assert expect != "error", f"damaged input was accepted: {got!r:.300}"
+    assert expect != "error", f"{ACCEPTED}: {got!r:.300}"
     if expect == "prefix":
         assert len(got) <= len(value) and got == value[: len(got)], (got, value)
     elif equal is not None:
