@@ -239,6 +239,44 @@ def positional_options(factory: Callable[..., Any], values: list[str], what: str
     return typed_options(factory, named, what, skip=skip)
 
 
+def bracket_options(spec: str, what: str) -> tuple[str, dict[str, str]]:
+    """A spec's bracketed options: ``"dense:e5[query_prompt=query: ,k=2]"`` -> ``("dense:e5", {"query_prompt": "query: ", "k": "2"})``
+    (values kept as written; quote one, '...' or "...", to hold "," or "]"; ``what`` names the kind in errors)."""
+    if not spec.endswith("]") or "[" not in spec:
+        return spec, {}
+    start = spec.index("[")
+    body = spec[start + 1 : -1]
+    items, quote, cur = [], "", []
+    for ch in body:
+        if quote:
+            if ch == quote:
+                quote = ""
+            cur.append(ch)
+        elif ch in "'\"" and "".join(cur).endswith("="):
+            quote = ch
+            cur.append(ch)
+        elif ch == ",":
+            items.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if quote:
+        raise UserError(f"{what} {spec!r}: unclosed quote in its options")
+    items.append("".join(cur))
+    options: dict[str, str] = {}
+    for item in items:
+        if not item.strip():
+            continue
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise UserError(f"{what} {spec!r}: option {item!r} is not KEY=VALUE")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        options[key.replace("-", "_")] = value
+    return spec[:start], options
+
+
 def build(factory: Callable[[...], T], options: Mapping[str, Any] | None, what: str, **fixed: Any) -> T:
     """``factory(**fixed, **typed_options(options))``; a constructor's own TypeError becomes one line."""
     kwargs = {**fixed, **typed_options(factory, options, what, skip=tuple(fixed))}

@@ -36,7 +36,7 @@ import inspect
 from typing import Any, Mapping, Sequence
 
 from data.errors import UserError
-from data.plugins import Registry, build, coerce, load_object, parameters
+from data.plugins import Registry, bracket_options, build, coerce, load_object, parameters
 from retrievers.base import Retriever
 
 RETRIEVERS: Registry = Registry("retrievers", what="retriever")
@@ -108,39 +108,7 @@ def split_members(rest: str) -> list[str]:
 
 def parse_member_options(spec: str) -> tuple[str, dict[str, str]]:
     """``"dense:e5[query_prompt=query: ,k=2]"`` -> ``("dense:e5", {"query_prompt": "query: ", "k": "2"})``."""
-    if not spec.endswith("]") or "[" not in spec:
-        return spec, {}
-    start = spec.index("[")
-    body = spec[start + 1 : -1]
-    items, quote, cur = [], "", []
-    for ch in body:
-        if quote:
-            if ch == quote:
-                quote = ""
-            cur.append(ch)
-        elif ch in "'\"" and "".join(cur).endswith("="):
-            quote = ch
-            cur.append(ch)
-        elif ch == ",":
-            items.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    if quote:
-        raise UserError(f"retriever {spec!r}: unclosed quote in its options")
-    items.append("".join(cur))
-    options: dict[str, str] = {}
-    for item in items:
-        if not item.strip():
-            continue
-        key, eq, value = item.partition("=")
-        key = key.strip()
-        if not eq or not key:
-            raise UserError(f"retriever {spec!r}: option {item!r} is not KEY=VALUE")
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        options[key.replace("-", "_")] = value
-    return spec[:start], options
+    return bracket_options(spec, "retriever")
 
 
 def _spec_forms() -> str:
