@@ -115,6 +115,25 @@ def f1(prediction: str, golds: Sequence[str], language: str = "en") -> float:
     return max(_token_f1(pred, answer_tokens(g, language)) for g in golds)
 
 
+def has_answer(prediction: str, golds: Sequence[str], language: str = "en") -> float:
+    """1.0 when a gold answer occurs in the prediction: normalized as for EM (SQuAD's normalization) and matched on
+    whole tokens (for Thai, whose text has no word spaces: plain containment after normalization).  The
+    "answer contained" accuracy of generative readers (FlashRAG's ``acc``; Cuconasu et al., 2024, "The Power of
+    Noise: Redefining Retrieval for RAG Systems", SIGIR), which credits a correct answer written in a sentence."""
+    _check_language(language)
+    _check_golds(golds)
+    hay = normalize_answer(prediction, language)
+    for gold in golds:
+        needle = normalize_answer(gold, language)
+        if not needle:
+            continue
+        if language == "en" and f" {needle} " in f" {hay} ":
+            return 1.0
+        if language != "en" and needle in hay:
+            return 1.0
+    return 0.0
+
+
 class _ThaiRougeTokenizer:
     """rouge-score tokenizer interface (``tokenize(text) -> list[str]``) for Thai."""
 
@@ -181,6 +200,8 @@ class AnswerScores(dict):
 EM = AnswerMetric("em", exact_match, display="EM", sweep="cell", description="exact match (SQuAD v1.1)")
 F1 = AnswerMetric("f1", f1, display="F1", sweep="cell", description="token F1 (SQuAD v1.1)")
 ROUGE_L = AnswerMetric("rouge_l", rouge_l, display="ROUGE-L", sweep="cell", description="ROUGE-L F-measure (rouge-score)")
+HAS_ANSWER = AnswerMetric("has_answer", has_answer, display="has answer", sweep="cell",
+                          description="a gold answer occurs in the answer (answer contained; normalized, whole tokens)")
 METEOR = AnswerMetric("meteor", meteor, display="METEOR", sweep="cell", description="METEOR with WordNet synonyms (NLTK)")
 
 

@@ -150,6 +150,7 @@ ANSWER_METRICS.register("f1", "eval.answer_metrics:F1")
 ANSWER_METRICS.register("rouge_l", "eval.answer_metrics:ROUGE_L")
 ANSWER_METRICS.register("meteor", "eval.answer_metrics:METEOR")
 ANSWER_METRICS.register("bert_f1", "eval.bertscore:BERT_F1")
+ANSWER_METRICS.register("has_answer", "eval.answer_metrics:HAS_ANSWER")
 
 
 def answer_metric(name: str) -> AnswerMetric:

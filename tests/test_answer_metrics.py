@@ -448,7 +448,7 @@ def test_user_error_messages_in_full():
     assert str(err.value) == "no gold answers to score against (empty list)"
     with pytest.raises(UserError) as err:
         answer_metrics(["x"], [["x"]], metrics=("bleu",))
-    assert str(err.value) == "unknown answer metric 'bleu' (known: bert_f1, em, f1, meteor, rouge_l)"
+    assert str(err.value) == "unknown answer metric 'bleu' (known: bert_f1, em, f1, has_answer, meteor, rouge_l)"
     with pytest.raises(UserError) as err:
         answer_metrics(["x", 3], [["x"], ["y"]])
     assert str(err.value) == "predictions must be a list of strings"

@@ -53,19 +53,19 @@ def squad_answers(squad_dev):
 
 # ----------------------------------------------------------------- contents
 def test_answer_registry_contents_and_entry_fields():
-    assert ANSWER_METRICS.builtin_names() == ["em", "f1", "rouge_l", "meteor", "bert_f1"]
+    assert ANSWER_METRICS.builtin_names() == ["em", "f1", "rouge_l", "meteor", "bert_f1", "has_answer"]
     entries = {n: answer_metric(n) for n in ANSWER_METRICS.builtin_names()}
     assert all(isinstance(e, AnswerMetric) and e.name == n for n, e in entries.items())
     assert [entries[n].score for n in ("em", "f1", "rouge_l", "meteor")] == [exact_match, f1, rouge_l, meteor]
     assert {n: e.display for n, e in entries.items()} == {
-        "em": "EM", "f1": "F1", "rouge_l": "ROUGE-L", "meteor": "METEOR", "bert_f1": "BERT-F1"}
+        "em": "EM", "f1": "F1", "rouge_l": "ROUGE-L", "meteor": "METEOR", "bert_f1": "BERT-F1", "has_answer": "has answer"}
     assert all(e.percent for e in entries.values())
     assert [n for n, e in entries.items() if e.batch] == ["bert_f1"]
     assert [n for n, e in entries.items() if e.takes_options] == ["bert_f1"]
     assert {"model", "num_layers", "rescale", "device", "language"} <= set(entries["bert_f1"].options)
     assert not {"predictions", "references_list"} & set(entries["bert_f1"].options)
     assert {n: e.sweep for n, e in entries.items()} == {
-        "em": "cell", "f1": "cell", "rouge_l": "cell", "meteor": "cell", "bert_f1": "batch"}
+        "em": "cell", "f1": "cell", "rouge_l": "cell", "meteor": "cell", "bert_f1": "batch", "has_answer": "cell"}
     assert answer_metric_names(sweep=True)[:5] == ["em", "f1", "rouge_l", "meteor", "bert_f1"]
     assert answer_metric_names()[:5] == ["em", "f1", "rouge_l", "meteor", "bert_f1"]
 
@@ -103,7 +103,7 @@ def test_answer_metrics_through_the_registry_equal_the_functions(squad_answers):
 def test_unknown_metric_and_bad_options_are_one_line_errors():
     with pytest.raises(UserError) as err:
         answer_metrics(["x"], [["x"]], metrics=("em", "bleu"))
-    assert str(err.value) == "unknown answer metric 'bleu' (known: bert_f1, em, f1, meteor, rouge_l)"
+    assert str(err.value) == "unknown answer metric 'bleu' (known: bert_f1, em, f1, has_answer, meteor, rouge_l)"
     assert "\n" not in str(err.value)
     with pytest.raises(UserError) as err:
         answer_metrics(["x"], [["x"]], metrics=("em",), options={"em": {"strict": True}})
