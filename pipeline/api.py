@@ -197,7 +197,8 @@ def _cache(cache_dir):
 
 
 def make_reader(model: str, *, device: str = DEFAULT_DEVICE, threads: int | None = None, **settings: Any):
-    """An extractive reader (a QA checkpoint path or alias), loaded; ``settings`` as
+    """A reader by spec (``PATH`` or alias: extractive; ``generative:MODEL[opts]``: a language model;
+    :mod:`readers.registry`), loaded; ``settings`` as
     :class:`pipeline.config.ReaderConfig`: ``max_length``, ``stride``, ``max_answer_tokens``, ``batch_size``,
     ``token_budget``, ``dtype`` shape the reader; ``read_unit``, ``mu`` and ``read_cache`` become its defaults for
     :func:`read`, :func:`select` and :func:`fit_selector` (their ``unit``, ``mu``, ``cache_dir``).  Any other
@@ -233,6 +234,8 @@ def read(reader, dataset: Dataset, ranking: Ranking, n: Any = DEFAULT_N, *,
     from pipeline import stages
 
     unit, mu, cache_dir = _reading_settings(reader, unit, mu, cache_dir)
+    if getattr(reader, "reads", "pairs") == "set":  # a generative reader: one answer from the top n at once
+        return _generate(reader, dataset, ranking, n, unit, cache_dir)
     if getattr(n, "reads_answers", False):
         from pipeline.reading import selector_depth
 
@@ -250,6 +253,30 @@ def read(reader, dataset: Dataset, ranking: Ranking, n: Any = DEFAULT_N, *,
     reads = stages.read_top(reader, queries.texts, top, cache=_cache(cache_dir))
     answers, _ = stages.answers_for_n(reads, top, counts, mu=mu)
     return dict(zip(queries.question_ids, answers))
+
+
+def _generate(reader, dataset: Dataset, ranking: Ranking, n: Any, unit: str, cache_dir) -> dict[str, str]:
+    """:func:`read` for a generative reader: n = 0 is closed book; a reader-in-the-loop selector stops on the
+    answers' mean token log-probability (every n up to its τ generated, the shared prompt prefix reused)."""
+    from pipeline import stages
+    from pipeline.generation import pick_generations
+    from pipeline.reading import selector_depth
+    from readers.generative import GenerationCache
+
+    cache = GenerationCache(Path(cache_dir)) if cache_dir is not None else None
+    if getattr(n, "reads_answers", False):
+        found = stages.candidates_for(dataset, ranking, min(selector_depth(n), ranking.depth), unit)
+        reads, grid = stages.generate_every_n(reader, found.queries.texts, found.passages, cache=cache)
+        counts = stages.select_n(n, found.passages, found.first_relevant(), reads=reads)
+        return dict(zip(found.queries.question_ids, pick_generations(grid, counts).text))
+    rows = stages.unique_question_rows(dataset.queries)
+    queries = dataset.queries.subset(rows)
+    counts = np.broadcast_to(np.asarray(n, dtype=np.int64), (len(rows),))
+    depth = int(min(max(counts.max(initial=1), 1), ranking.depth))
+    passages = stages.passages_for(ranking.subset(rows), dataset.corpus, depth, unit)
+    counts = np.clip(counts, 0, (passages.keys >= 0).sum(axis=1))
+    gens = stages.generate_top(reader, queries.texts, passages, counts, cache=cache)
+    return dict(zip(queries.question_ids, gens.text))
 
 
 def answer_metrics(predictions: Mapping[str, str], dataset: Dataset, metrics: Sequence[str] = DEFAULT_METRICS,

@@ -195,10 +195,16 @@ class SweepRetrieverConfig(RetrieverConfig):
 
 # -------------------------------------------------------------------- reading
 class ReaderConfig(Section):
-    """The extractive reader and how it reads."""
+    """The reader and how it reads: an extractive span reader (a QA checkpoint) or a generative one (a language model)."""
 
-    model: Optional[str] = setting(None, "--reader", "QA checkpoint path or alias (bert-base, bert-large, distilbert);"
+    model: Optional[str] = setting(None, "--reader", "reader spec [KIND:]MODEL[opts]: a QA checkpoint path or alias (bert-base,"
+                                   " bert-large, distilbert) is extractive; generative:MODEL is a language model (a"
+                                   " directory, .gguf file, hub name or smollm2-135m-instruct, gemma3-270m) with options"
+                                   " [template=..,max_new_tokens=..,order=rank|reversed|lost-in-the-middle,shots=..];"
                                    " omit for retrieval only")
+    options: dict[str, Any] = setting({}, "--reader-opt", "an option of the reader's kind (repeatable; a spec's bracket"
+                                      " options win): max_new_tokens=16, order=reversed, shots=2, template=FILE",
+                                      metavar="KEY=VALUE")
     read_unit: ReadUnit = setting("sentence", "--read-unit", "what a passage is (squad_open: both are the paragraph)")
     max_length: int = setting(384, "--max-length", ge=8)
     stride: int = setting(128, "--stride", ge=0)
@@ -212,6 +218,35 @@ class ReaderConfig(Section):
                                  " quantized once and cached, its answers checked against float32 on SQuAD train; only when asked)")
     mu: float = setting(1.0, "--mu", "BERTserini interpolation: (1-mu)*retriever + mu*reader", ge=0, le=1)
     read_cache: Optional[str] = setting(None, "--read-cache", "directory of cached reads (default: <out>/reads)", volatile=True)
+
+    @field_validator("model")
+    @classmethod
+    def _spec_parses(cls, v: Optional[str]):
+        from readers.registry import READERS, parse_reader_spec
+
+        if v is None:
+            return v
+        kind, _, _ = parse_reader_spec(v)
+        READERS.get(kind)
+        return v.strip()
+
+    @property
+    def kind(self) -> Optional[str]:
+        """The reader's registered kind (``extractive``, ``generative``, a plugin's), None without a reader."""
+        from readers.registry import reader_kind
+
+        return reader_kind(self.model)
+
+    @model_validator(mode="after")
+    def _generative_settings(self):
+        if self.kind == "generative":
+            if self.mu != 1.0:
+                raise ValueError(f"--mu {self.mu}: a generative reader writes one answer from all n passages; there are"
+                                 " no per-passage reader scores to mix with the retriever's")
+            if self.dtype == "int8":
+                raise ValueError("--reader-dtype int8 is the extractive reader's OpenVINO path; a generative reader takes"
+                                 " auto, float32, bfloat16 or float16")
+        return self
 
     @model_validator(mode="after")
     def _budget_holds_a_window(self):
@@ -359,6 +394,15 @@ class RunConfig(Config):
             message, prefix = str(e), f"selector {v!r}: "
             raise ValueError(message[len(prefix):] if message.startswith(prefix) else message) from None
         return v
+
+    @model_validator(mode="after")
+    def _closed_book_is_generative(self):
+        from selection import parse_selector
+
+        selector = parse_selector(self.selector)
+        if getattr(selector, "method", None) == "top" and selector.n == 0 and self.reader.model and self.reader.kind != "generative":
+            raise ValueError("top:0 reads no passage (closed book): only a generative reader answers without one")
+        return self
 
     @model_validator(mode="after")
     def _learned_selector_fits_on_another_split(self):

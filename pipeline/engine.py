@@ -45,7 +45,7 @@ class LocalEngine:
 
     def prepare_reader(self, reader):
         """Check, then load the reader now, so a bad model fails before any retrieval."""
-        reader.pair_keys([], [])  # parameters, path, QA head: checked before torch is imported
+        reader.identity()  # parameters, model source (an extractive one's QA head): checked before torch is imported
         return reader.load()
 
     def read_pairs(self, reader, questions: Sequence[str], passages: Sequence[str], cache=None):

@@ -112,7 +112,7 @@ def _run(config: RunConfig, engine, flags: dict | None) -> RunResult:
 
     retriever = new_retriever()
     train = None
-    if needs_fit(retriever) or (selector is not None and selector.needs_fit()):
+    if needs_fit(retriever) or (selector is not None and selector.needs_fit()) or getattr(reader, "shots", 0):
         with timer("load_train"):
             train = load_data(config, train=True)
     if reader is not None and not dataset.queries.has_answers:
@@ -260,20 +260,31 @@ def local_readers() -> list[Path]:
 def check_reader_source(model: str) -> None:
     """A reader named by hub name -- an alias (``bert-base``) or ``org/model`` -- when the hub is not to be used: it
     must be in the local HF cache, else one error line naming a local directory to pass instead, before anything is
-    loaded and without the hub client's retries (one probe, :mod:`data.hub`).  Paths, and bare names that are no
-    alias of ours (a reader's own aliases), are left to the reader's own checks."""
+    loaded and without the hub client's retries (one probe, :mod:`data.hub`).  Paths, bare names that are no alias
+    of ours (a reader's own aliases) and specs with a kind or options (``KIND:MODEL[...]``) are left to the
+    reader's own checks."""
     from data import hub
     from readers.extractive import ALIASES
+    from readers.generative import ALIASES as PACKAGED
+    from readers.registry import parse_reader_spec
 
+    spec = model
+    kind, model, _ = parse_reader_spec(spec)
+    if kind not in ("extractive", "generative") or model in PACKAGED:
+        return
+    if kind != "extractive":
+        ALIASES = {}
     name = ALIASES.get(model, model)
-    if model not in ALIASES and (name.count("/") != 1 or name.startswith((".", "/", "~")) or "\\" in name
+    if model not in ALIASES and (name.count("/") != 1 or ":" in name or "[" in name or name.startswith((".", "/", "~")) or "\\" in name
                                  or Path(name).expanduser().exists()):
         return
     if not hub.offline() or hub.cached_locally(name):
         return
-    local = local_readers()
+    local = local_readers() if kind == "extractive" else []
     instead = f", e.g. --reader {hub.shown_path(local[0])}" if local else ""
-    raise UserError(f"--reader {model}: {name} is a Hugging Face hub model, not in the local HF cache ({hub.cache_dir()}),"
+    if kind == "generative":
+        instead = ", a .gguf file, or a packaged model: --reader generative:smollm2-135m-instruct"
+    raise UserError(f"--reader {spec}: {name} is a Hugging Face hub model, not in the local HF cache ({hub.cache_dir()}),"
                     f" and {hub.why_offline()}; pass --reader DIR, a local checkpoint directory{instead}")
 
 

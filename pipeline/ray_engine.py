@@ -275,6 +275,8 @@ class RayEngine:
 
     def prepare_reader(self, reader):
         """Check the reader (parameters, model, QA head) without loading it: the actors load it."""
+        if getattr(reader, "reads", "pairs") == "set":
+            raise UserError("a generative reader runs on the local engine (--engine local): Ray actors read pairs")
         self._remote_reader_setup(reader)
         reader.pair_keys([], [])
         return reader

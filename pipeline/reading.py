@@ -24,25 +24,21 @@ def selector_depth(selector, default: int = DEFAULT_SELECTOR_DEPTH) -> int:
 
 
 def make_reader(reader: ReaderConfig, *, device: str = "auto", threads: int | None = None, pairs_per_chunk: int | None = None):
-    """The extractive reader a :class:`pipeline.config.ReaderConfig` describes (nothing loaded yet).
+    """The reader a :class:`pipeline.config.ReaderConfig` describes (nothing loaded yet): its spec's kind
+    (:data:`readers.registry.READERS`) built with the config's settings that kind takes, then ``reader.options``
+    and the spec's bracket options.
 
-    Reads reach the read cache every ``pairs_per_chunk`` pairs (default ``$QA_SHARD_ROWS``).
+    An extractive reader's reads reach the read cache every ``pairs_per_chunk`` pairs (default ``$QA_SHARD_ROWS``).
     """
-    from readers.extractive import ExtractiveReader
+    from readers.registry import make_reader as build
     from retrievers.dense import default_shard_rows
 
-    return ExtractiveReader(
-        model=reader.model,
-        max_length=reader.max_length,
-        stride=reader.stride,
-        max_answer_tokens=reader.max_answer_tokens,
-        batch_size=reader.batch_size,
-        max_batch_tokens=reader.token_budget,
-        device=device,
-        dtype=reader.dtype,
-        num_threads=threads,
-        pairs_per_chunk=pairs_per_chunk or default_shard_rows(),
-    )
+    settings = {"device": device, "dtype": reader.dtype, "num_threads": threads, "batch_size": reader.batch_size,
+                "max_batch_tokens": reader.token_budget}
+    if reader.kind == "extractive":
+        settings.update(max_length=reader.max_length, stride=reader.stride, max_answer_tokens=reader.max_answer_tokens,
+                        pairs_per_chunk=pairs_per_chunk or default_shard_rows())
+    return build(reader.model, reader.options, **settings)
 
 
 def fit_selector(selector, train, retriever_factory, depth: int, read_unit: str, train_limit: int | None, timer, *,
@@ -86,12 +82,17 @@ def run_reader(config: RunConfig, dataset, ranking, selector, train, retriever_f
     """
     from pipeline.engine import EngineReader, LocalEngine
     from readers.extractive import ReadCache
+    from readers.registry import is_set_reader
 
     engine = engine or LocalEngine()
     stage = Path(stage) if stage is not None else out
-    depth = min(selector_depth(selector), ranking.depth)
     rc = config.reader
     reader = reader or make_reader(rc, device=config.device, threads=config.threads)
+    if is_set_reader(reader):  # a generative reader: all n passages at once
+        from pipeline.generation import run_generative_reader
+
+        return run_generative_reader(config, dataset, ranking, selector, train, retriever_factory, timer, out, reader, stage)
+    depth = min(selector_depth(selector), ranking.depth)
     cache = ReadCache(Path(rc.read_cache) if rc.read_cache else out / "reads")
     if selector.needs_fit():
         fit_selector(selector, train, retriever_factory, depth, rc.read_unit, config.data.train_limit, timer,

@@ -203,6 +203,42 @@ def unique_question_rows(queries: Queries) -> list[int]:
     return rows
 
 
+# ---------------------------------------------------------------- generation
+def generate_top(reader, questions: Sequence[str], passages: Passages, n: np.ndarray, cache=None):
+    """A generative reader's answer of each question from its top ``n[q]`` passages at once (n = 0: closed book):
+    :class:`readers.generative.Generations`."""
+    n = np.asarray(n, dtype=np.int64)
+    return reader.generate(list(questions), [passages.texts[q][: int(n[q])] for q in range(len(questions))], cache=cache)
+
+
+def generate_every_n(reader, questions: Sequence[str], passages: Passages, cache=None) -> tuple[TopReads, list]:
+    """A generative reader's answer for every n = 0..N (N = the passages' depth), shared prompt prefixes reused.
+
+    Returns ``(reads, grid)``: ``reads`` is the ``[Q, N]`` view the sweep and the selectors take (column n - 1
+    holds the answer from the top n and its mean token log-probability as its score, so
+    :func:`answers_every_n`'s counterpart is the identity: :func:`generated_columns`), ``grid[n]`` the
+    :class:`readers.generative.Generations` at n (``grid[0]``: closed book).
+    """
+    depth = passages.depth
+    grid = reader.generate_every_n(list(questions), passages.texts, depth, cache=cache)
+    q_count = len(questions)
+    scores = np.full((q_count, depth), -np.inf, dtype=np.float32)
+    texts = [[""] * depth for _ in range(q_count)]
+    for n in range(1, depth + 1):
+        g = grid[n]
+        scores[:, n - 1] = np.where(np.isnan(g.logprob), -np.inf, g.logprob)
+        for q in range(q_count):
+            texts[q][n - 1] = g.text[q]
+    done = sum(g.n_read for g in grid)
+    reused = sum(g.n_reused for g in grid)
+    return TopReads(scores, texts, done, reused), grid
+
+
+def generated_columns(q_count: int, depth: int) -> np.ndarray:
+    """``[Q, N]`` the column holding the answer from the top n: n - 1 (a generative reader answers from all n)."""
+    return np.broadcast_to(np.arange(depth, dtype=np.int64)[None, :], (q_count, depth)).copy()
+
+
 # ----------------------------------------------------------------- selection
 def answer_scores(reads: TopReads, passages: Passages, mu: float = 1.0) -> np.ndarray:
     """``[Q, N]`` the score each passage's answer is chosen by: the reader's span score, or its mix with the
@@ -335,7 +371,8 @@ def fit_selector(selector, train: Dataset, ranking: Ranking, depth: int, unit: s
 
     A selector with the reader in the loop is fitted on ``reader``'s reads of the top ``depth`` passages of
     (at most ``selector.fit_questions``, the first) training questions: their answer scores and the EM of
-    the answer chosen at every n.
+    the answer chosen at every n (a generative reader: its answer from the top n and that answer's mean
+    token log-probability).
     """
     found = candidates_for(train, ranking, depth, unit)
     if not getattr(selector, "reads_answers", False):
@@ -345,8 +382,12 @@ def fit_selector(selector, train: Dataset, ranking: Ranking, depth: int, unit: s
     limit = getattr(selector, "fit_questions", None)
     if limit and len(found.rows) > limit:
         found = found.subset(np.arange(limit))
-    reads = read_top(reader, found.queries.texts, found.passages, cache=cache)
-    correct = metric_every_n("em", reads, answers_every_n(reads, found.passages, mu), found.queries.answers,
-                             found.queries.language)
+    if getattr(reader, "reads", "pairs") == "set":  # a generative reader: its answer (and confidence) at every n
+        reads, _ = generate_every_n(reader, found.queries.texts, found.passages, cache=cache)
+        chosen = generated_columns(len(found.rows), found.passages.depth)
+    else:
+        reads = read_top(reader, found.queries.texts, found.passages, cache=cache)
+        chosen = answers_every_n(reads, found.passages, mu)
+    correct = metric_every_n("em", reads, chosen, found.queries.answers, found.queries.language)
     return selector.fit(found.passages.retriever_scores, found.first_relevant(),
                         answer_scores=answer_scores(reads, found.passages, mu), correct=correct)

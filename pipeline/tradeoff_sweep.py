@@ -265,14 +265,25 @@ def evaluate_level(
     found = stages.candidates_for(level, ranking, n_max, unit)
     qs, passages, bearing = found.queries, found.passages, found.bearing
     hits = gold_hits(passages, qs, level.corpus)
+    generative = getattr(reader, "reads", "pairs") == "set"
     t0 = time.perf_counter()
-    reads = stages.read_top(reader, qs.texts, passages, cache=cache)
+    if generative:  # every n generated (shared prompt prefixes reused); column n - 1 is the answer from the top n
+        reads, grid = stages.generate_every_n(reader, qs.texts, passages, cache=cache)
+    else:
+        reads = stages.read_top(reader, qs.texts, passages, cache=cache)
     t_read = time.perf_counter() - t0
     t0 = time.perf_counter()
-    em, f1, chosen = score_every_n(reads, passages, qs.answers, qs.language, mu)
+    if generative:
+        chosen = stages.generated_columns(len(qs), passages.depth)
+        em, f1 = (stages.metric_every_n(name, reads, chosen, qs.answers, qs.language) for name in ("em", "f1"))
+    else:
+        em, f1, chosen = score_every_n(reads, passages, qs.answers, qs.language, mu)
     bert, bert_info = (None, None) if bertscore is None else bert_f1_every_n(reads, chosen, qs.answers, bertscore)
     more = {name: stages.metric_every_n(name, reads, chosen, qs.answers, qs.language)
             for name in metrics if name not in ("em", "f1", "bert_f1")}
+    if generative:  # the cost axis in tokens: per question and n the prompt's tokens and the answer's
+        for key in ("prompt_tokens", "generated_tokens"):
+            more[key] = np.stack([getattr(grid[n], key) for n in range(1, passages.depth + 1)], axis=1).astype(np.float32)
     first_rel = found.first_relevant()
     sys_n = np.zeros((len(qs), len(selectors)), dtype=np.int64)
     for m, sel in enumerate(selectors):  # reader-in-the-loop selectors stop on the cached reads of the top N
@@ -288,8 +299,26 @@ def evaluate_level(
     }
     if bert_info is not None:
         info["bert_f1"] = bert_info
+    if generative:
+        info["closed_book"] = closed_book_scores(grid[0], qs, metrics)
     have = (passages.keys >= 0).sum(axis=1).astype(np.int64)  # what a question can read: top:n reads min(n, this)
     return LevelResult(em, f1, bearing, hits, [s.spec for s in selectors], sys_n, info, bert, more, have)
+
+
+def closed_book_scores(generations, queries, metrics: Sequence[str] = ()) -> dict:
+    """A generative reader's n = 0 (no passage): mean EM, F1 and every other per-answer metric asked for, and the
+    prompt tokens (the baseline every n is measured against)."""
+    from eval.registry import answer_metric
+
+    out = {"questions": len(generations), "prompt_tokens": round(float(np.mean(generations.prompt_tokens)), 3) if len(generations) else 0.0}
+    for name in dict.fromkeys(("em", "f1", *metrics)):
+        if name == "bert_f1" or answer_metric(name).sweep != "cell":
+            continue
+        metric = answer_metric(name)
+        values = [metric.score(a, [g for g in gold if isinstance(g, str)], queries.language)
+                  for a, gold in zip(generations.text, queries.answers) if any(isinstance(g, str) for g in gold)]
+        out[name] = round(float(np.mean(values)), 6) if values else None
+    return out
 
 
 def bert_f1_every_n(reads, chosen: np.ndarray, golds, bertscore: dict) -> tuple[np.ndarray, dict]:
@@ -479,17 +508,28 @@ def setup_sweep(config: SweepConfig, out: Path, timer: Timer) -> SweepSetup:
     if not dataset.queries.has_answers:
         raise UserError(f"dataset {dataset.name!r} has no answer strings: a reading sweep needs answers")
     options = retriever_options(config, dataset.corpus.language)
+    reader = make_reader(config)
+    if getattr(reader, "reads", "pairs") == "set":  # a generative reader's generations, cached apart from span reads
+        from readers.generative import GenerationCache
+
+        cache = GenerationCache(Path(rc.read_cache) if rc.read_cache else out / "generations")
+    else:
+        cache = ReadCache(Path(rc.read_cache) if rc.read_cache else out / "reads")
     setup = SweepSetup(config, dataset, plan_sweep(config, dataset),
-                       lambda: stages.build_retriever(config.retriever.spec, options), make_reader(config),
-                       ReadCache(Path(rc.read_cache) if rc.read_cache else out / "reads"),
+                       lambda: stages.build_retriever(config.retriever.spec, options), reader, cache,
                        extra=[parse_selector(spec) for spec in config.selectors.extra])
     setup.fit_retriever = needs_fit(setup.make_retriever())
     if setup.learns_selectors and data.train_split == data.split:
         raise UserError(f"--train-split {data.train_split} is the evaluated split: learned selectors are fitted on another split")
-    if setup.learns_selectors or setup.fit_retriever:
+    shots = int(getattr(reader, "shots", 0) or 0)
+    if setup.learns_selectors or setup.fit_retriever or shots:
         with timer("load_train"):
             setup.train = load_dataset(data.dataset, data.train_split, **data.train_options())
         setup.train_sample = sample_training_questions(setup.train, data.train_limit, data.train_seed)
+    if shots:  # few-shot examples from the training split, never the evaluated one
+        from pipeline.generation import prepare_examples
+
+        prepare_examples(reader, setup.train, rc.read_unit, dataset.split)
     return setup
 
 
@@ -733,7 +773,11 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
         size_rows = seed_aggregate(plan, size, names, q_count, seed_metrics, extra_keys, percentile_interval(boot_em[:, k]))
         agg_rows += size_rows
         n_table = np.mean([system_n(levels[(size, seed)]) for seed in plan.seeds], axis=0).astype(np.float64)  # [Q, M]
-        cost_rows += size_costs(plan, names, size_rows, boot_em[:, k], bootstrap_means(n_table, weights))
+        boot_tokens = None
+        if "prompt_tokens" in first.more:
+            t_table = np.mean([system_table(levels[(size, seed)], "prompt_tokens") for seed in plan.seeds], axis=0)
+            boot_tokens = bootstrap_means(t_table, weights)
+        cost_rows += size_costs(plan, names, size_rows, boot_em[:, k], bootstrap_means(n_table, weights), boot_tokens)
     regrets = regret_table(plan, names, per_seed_em, boot_em, weighting)
 
     def best_of(fam: str):
@@ -772,10 +816,13 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
 ADAPTIVE_EXCLUDED = ("top", "oracle")  # the families that are not adaptive selectors
 
 
-def size_costs(plan: SweepPlan, names: list[str], size_rows: list[dict], boot_em: np.ndarray, boot_n: np.ndarray) -> list[dict]:
+def size_costs(plan: SweepPlan, names: list[str], size_rows: list[dict], boot_em: np.ndarray, boot_n: np.ndarray,
+               boot_tokens: np.ndarray | None = None) -> list[dict]:
     """cost.csv rows of one corpus size: per system EM and F1 against mean passages read, whether it is on the
     Pareto front (oracle left out: it reads the gold), and for adaptive selectors the fixed n that reaches their EM
-    and the passages per question saved against it, with its bootstrap interval (:mod:`eval.cost`)."""
+    and the passages per question saved against it, with its bootstrap interval (:mod:`eval.cost`).  A generative
+    reader's sweep (``boot_tokens``: bootstrap means of the prompt tokens) adds the mean prompt tokens and the
+    prompt tokens saved at equal EM, the same way."""
     from eval.cost import pareto_front, saving_at_equal_em
 
     em = np.array([r["em_mean"] for r in size_rows])
@@ -798,6 +845,16 @@ def size_costs(plan: SweepPlan, names: list[str], size_rows: list[dict], boot_em
             entry.update({"fixed_n": saved["fixed_n"] or "", "fixed_n_passages": "" if saved["fixed_n_passages"] is None else saved["fixed_n_passages"],
                           "saving": "" if saved["saving"] is None else saved["saving"], "saving_ci_low": ci[0], "saving_ci_high": ci[1],
                           "replicates_without_fixed_n": saved["replicates_without_fixed_n"]})
+        if boot_tokens is not None:
+            tokens = np.array([r["prompt_tokens_mean"] for r in size_rows])
+            entry["mean_prompt_tokens"] = row["prompt_tokens_mean"]
+            entry.update({"token_saving": "", "token_saving_ci_low": "", "token_saving_ci_high": ""})
+            if family(name) not in ADAPTIVE_EXCLUDED:
+                saved = saving_at_equal_em(em[fixed], tokens[fixed], em[m], tokens[m], boot_em[:, fixed], boot_tokens[:, fixed],
+                                           boot_em[:, m], boot_tokens[:, m])
+                ci = saved.get("saving_ci95") or ["", ""]
+                entry.update({"token_saving": "" if saved["saving"] is None else saved["saving"],
+                              "token_saving_ci_low": ci[0], "token_saving_ci_high": ci[1]})
         out.append(entry)
     return out
 

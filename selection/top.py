@@ -9,7 +9,8 @@ from selection.base import Selector, check_scores
 
 
 class TopN(Selector):
-    """n = N for every query, clipped to K (the number of results retrieved)."""
+    """n = N for every query, clipped to K (the number of results retrieved).  ``top:0`` reads nothing: the
+    closed-book baseline of a generative reader (an extractive reader needs a passage: n >= 1)."""
 
     method = "top"
     usage = "top:N"
@@ -22,8 +23,8 @@ class TopN(Selector):
         return self._check()
 
     def _check(self) -> int:
-        if isinstance(self.n, bool) or not isinstance(self.n, (int, np.integer)) or self.n < 1:
-            raise UserError(f"selector {self.spec}: n must be an integer >= 1")
+        if isinstance(self.n, bool) or not isinstance(self.n, (int, np.integer)) or self.n < 0:
+            raise UserError(f"selector {self.spec}: n must be an integer >= 0 (0: closed book, generative readers only)")
         return int(self.n)
 
     def predict(self, scores, first_relevant_rank=None) -> np.ndarray:

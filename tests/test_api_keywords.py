@@ -279,6 +279,9 @@ PROBES = {
         one_line(lambda: s.api.make_reader(READER, threads=0), "threads 0")),
     "make_reader.max_length": reader_setting_probe("max_length", 256, attribute="max_length"),
     "make_reader.stride": reader_setting_probe("stride", 16, attribute="stride"),
+    "make_reader.options": lambda s, t, m: (
+        differs(s.api.make_reader(READER, options={"max_length": 256}).max_length, s.api.make_reader(READER).max_length),
+        one_line(lambda: s.api.make_reader(READER, options={"bogus": 1}), "bogus")),
     "make_reader.max_answer_tokens": reader_setting_probe("max_answer_tokens", 2, attribute="max_answer_tokens"),
     "make_reader.batch_size": reader_setting_probe("batch_size", 3, fact="reader_batch_size"),
     "make_reader.token_budget": reader_setting_probe("token_budget", 500, fact="reader_max_batch_tokens"),

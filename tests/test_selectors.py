@@ -163,7 +163,7 @@ def test_parse_selector(spec, cls, params):
 
 
 @pytest.mark.parametrize(
-    "spec", ["", "top", "top:0", "top:2.5", "threshold", "threshold:1.2", "threshold:x", "threshold:0.5,0",
+    "spec", ["", "top", "top:-1", "top:2.5", "threshold", "threshold:1.2", "threshold:x", "threshold:0.5,0",
              "threshold:0.1,2,3", "ordinal:0", "ordinal:a", "oracle:3", "bm25", "selectors:3"],
 )
 def test_parse_selector_rejects_bad_specs_in_one_line(spec):
