@@ -36,11 +36,11 @@ def test_top_defaults_spec_params_and_numpy_ints():
     assert TopN(6).predict(np.zeros((3, 5))).tolist() == [5, 5, 5]
 
 
-@pytest.mark.parametrize("n", [0, -1, True, False, 2.0, "3", None])
+@pytest.mark.parametrize("n", [-1, -5, True, False, 2.0, "3", None])
 def test_top_rejects_non_positive_or_non_integer_n(n):
-    with pytest.raises(UserError, match=r"^selector top:.*: n must be an integer >= 1$"):
+    with pytest.raises(UserError, match=r"^selector top:.*: n must be an integer >= 0 \(0: closed book, generative readers only\)$"):
         TopN(n).predict(np.zeros((1, 3)))
-    with pytest.raises(UserError, match="n must be an integer >= 1"):
+    with pytest.raises(UserError, match="n must be an integer >= 0"):
         TopN(n).fit(np.zeros((1, 3)), np.array([1]))
 
 
@@ -242,7 +242,7 @@ def test_parse_builds_each_selector(spec, cls, params):
         ("top:", r"^selector 'top:': expected top:N$"),
         ("top:1,2", r"^selector 'top:1,2': expected top:N$"),
         ("top:x", r"^selector 'top:x' option n: expected an integer, got 'x'$"),
-        ("top:0", r"^selector 'top:0': n must be an integer >= 1$"),
+        ("top:-1", r"^selector 'top:-1': n must be an integer >= 0 \(0: closed book, generative readers only\)$"),
         ("threshold", r"^selector 'threshold': expected threshold:θ or threshold:θ,τ$"),
         ("threshold:0.1,2,3", r"^selector 'threshold:0.1,2,3': expected threshold:θ or threshold:θ,τ$"),
         ("threshold:high", r"^selector 'threshold:high' option theta: expected a number, got 'high'$"),
@@ -276,7 +276,7 @@ def test_selector_from_dict_round_trips_and_rejects():
     with pytest.raises(UserError, match=r"^selector dict for 'top': bad params \{'m': 2\} \("):
         selector_from_dict({"method": "top", "params": {"m": 2}})
     with pytest.raises(UserError, match="n must be an integer"):
-        selector_from_dict({"method": "top", "params": {"n": 0}})
+        selector_from_dict({"method": "top", "params": {"n": -1}})
     with pytest.raises(UserError, match="unexpected fitted state"):
         selector_from_dict({"method": "top", "params": {"n": 2}, "fitted": {"w": [1]}})
 
