@@ -1,0 +1,99 @@
+"""A generative reader's speed, side by side in one run: n = 5 fresh prompts, one n = N read, and every n = 0..N
+from the shared prompt prefix (answers compared with the fresh n = N read's and, on a sample, each n's).
+
+The questions are the first ``--questions`` of ``squad_open`` dev (paragraphs), their passages BM25's top N
+over the whole corpus.  No generation cache is used: every prompt is really generated.  Prints questions per
+second, the sweep's time over the single n = N read's, the share of answers identical to fresh prompts, and
+the peak RSS (with its growth over the model's load).
+
+    python bench/generative_reader.py --model smollm2-135m-instruct --questions 100 --n 10 --dtype float32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _machine  # noqa: E402
+
+
+def rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--questions", type=int, default=100)
+    p.add_argument("--n", type=int, default=10)
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--check-every-n", type=int, default=20, help="questions whose every n is also generated afresh")
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+
+    import torch
+
+    from pipeline import api, stages
+    from readers.generative import GenerativeReader
+
+    torch.set_num_threads(args.threads)
+    ds = api.load_dataset("squad_open", "dev", limit=args.questions)
+    ranking = api.retrieve("bm25", ds, depth=args.n)
+    found = stages.candidates_for(ds, ranking, args.n, "paragraph")
+    qs, passages = found.queries.texts, found.passages.texts
+    reader = GenerativeReader(args.model, dtype=args.dtype, max_new_tokens=args.max_new_tokens, num_threads=args.threads,
+                              progress=False).load()
+    loaded = rss_mib()
+    guard = _machine.start(args.threads)
+    rows = {}
+
+    def timed(name, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        rows[name] = time.perf_counter() - t0
+        return out
+
+    five = timed("n=5", lambda: reader.generate(qs, [p[:5] for p in passages]))
+    single = timed(f"n={args.n}", lambda: reader.generate(qs, [p[: args.n] for p in passages]))
+    grid = timed(f"every n 0..{args.n}", lambda: reader.generate_every_n(qs, passages, args.n))
+    guard.finish()
+    same_top = sum(a == b for a, b in zip(grid[args.n].raw, single.raw)) / len(qs)
+    sample = list(range(min(args.check_every_n, len(qs))))
+    same_all, total = 0, 0
+    for n in range(args.n + 1):
+        fresh = reader.generate([qs[i] for i in sample], [passages[i][:n] for i in sample])
+        same_all += sum(fresh.raw[k] == grid[n].raw[i] for k, i in enumerate(sample))
+        total += len(sample)
+    result = {
+        "model": args.model, "dtype": reader.dtype_, "questions": len(qs), "n": args.n, "max_new_tokens": args.max_new_tokens,
+        "seconds": {k: round(v, 2) for k, v in rows.items()},
+        "questions_per_s_n5": round(len(qs) / rows["n=5"], 3),
+        "mean_prompt_tokens_n5": round(float(five.prompt_tokens.mean()), 1),
+        "sweep_over_single": round(rows[f"every n 0..{args.n}"] / rows[f"n={args.n}"], 3),
+        "identical_to_fresh_at_n": round(same_top, 4), "identical_to_fresh_every_n_sample": round(same_all / max(total, 1), 4),
+        "peak_rss_mib": round(rss_mib(), 1), "rss_after_load_mib": round(loaded, 1), "machine": guard.as_dict(),
+    }
+    print(guard.header())
+    for name, seconds in rows.items():
+        print(f"  {name:16s} {seconds:8.2f} s   {len(qs) / seconds:6.3f} questions/s")
+    print(f"  every n / single n={args.n}: {result['sweep_over_single']:.2f}x;  identical answers at n={args.n}: "
+          f"{same_top:.1%}, every n (sample of {len(sample)}): {result['identical_to_fresh_every_n_sample']:.1%}")
+    print(f"  peak RSS {result['peak_rss_mib']:.0f} MiB ({result['peak_rss_mib'] - loaded:+.0f} MiB over the loaded model); "
+          f"dtype {reader.dtype_}; mean prompt tokens at n=5: {result['mean_prompt_tokens_n5']}")
+    print(guard.footer())
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
