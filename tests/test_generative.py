@@ -217,3 +217,53 @@ def test_api_and_an_entry_point_reader(tiny, plugin_package, reqa_dev):
     words = api.read(api.make_reader("first-words:2"), ds, ranking, 1)
     assert all(len(a.split()) <= 2 for a in words.values()) and any(words.values())
     assert api.answer_metrics(words, ds, metrics=("em", "has_answer"))["has_answer"] >= 0.0
+
+
+@pytest.mark.slow
+def test_position_experiment_through_the_command(tiny, tmp_path, capsys):
+    """pipeline.position: the gold paragraph at every position among BM25 and random distractors that hold no
+    answer, the references, intervals, a plot; a rerun reads from the cache and writes the same bytes."""
+    from eval.answer_metrics import has_answer
+    from pipeline import api, position
+
+    out = tmp_path / "position"
+    argv = ["--dataset", "squad_open", "--limit", "4", "--n", "2,3", "--reader",
+            f"generative:{tiny['llama']}[max_new_tokens=4]", "--reader-dtype", "float32", "--device", "cpu",
+            "--out", str(out)]
+    assert position.run(argv) == 0
+    summary = json.loads((out / "position.json").read_text())
+    kept = summary["questions"]
+    assert kept >= 3 and summary["n"] == [2, 3] and summary["distractors"] == ["bm25", "random"]
+    rows = summary["rows"]
+    settings = [(r["setting"], r["position"]) for r in rows]
+    assert settings[:2] == [("closed book", 0), ("gold only", 1)]
+    assert sorted(settings[2:]) == sorted((f"n={n} {k}", p) for n in (2, 3) for k in ("bm25", "random") for p in range(1, n + 1))
+    for r in rows:
+        assert r["questions"] == kept and r["has_answer_lo"] <= r["has_answer"] <= r["has_answer_hi"]
+    tokens = {(r["setting"], r["position"]): r["mean_prompt_tokens"] for r in rows}
+    assert tokens[("closed book", 0)] < tokens[("gold only", 1)] < tokens[("n=3 bm25", 1)]
+    lines = (out / "per_question.jsonl").read_text().splitlines()
+    assert len(lines) == kept * (2 + 2 * (2 + 3))
+    assert (out / "position.png").stat().st_size > 0 and "n=3 bm25" in summary["shape"]
+
+    # distractors: never the gold paragraph, never a passage with a gold answer; the same at every position
+    ds = api.load_dataset("squad_open", "dev", limit=4)
+    settings_, _ = position.build_settings(ds, api.retrieve("bm25", ds, depth=position.BM25_DEPTH), [3], ["bm25", "random"], 1)
+    for item in settings_:
+        assert has_answer(item["gold"], item["answers"]) == 1.0
+        for kind in ("bm25", "random"):
+            assert len(item["distractors"][kind]) == 2
+            assert all(d != item["gold"] and has_answer(d, item["answers"]) == 0.0 for d in item["distractors"][kind])
+    cells = position.prompts_for(settings_[:1], [3], ["bm25"])
+    placed = [texts for cell, texts in cells if cell["n"] == 3]
+    assert [texts.index(settings_[0]["gold"]) + 1 for texts in placed] == [1, 2, 3]
+    assert all(sorted(t for t in texts if t != settings_[0]["gold"]) == sorted(placed[0][1:]) for texts in placed)
+
+    before = {name: (out / name).read_bytes() for name in ("position.csv", "per_question.jsonl")}
+    assert position.run(argv) == 0
+    assert {name: (out / name).read_bytes() for name in before} == before
+    capsys.readouterr()
+    assert position.run(argv[:-2] + ["--n", "1", "--out", str(tmp_path / "bad")]) == 2
+    assert position.run(["--reader", str(READER), "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "--n '1'" in err[0] and "generative reader" in err[1]
