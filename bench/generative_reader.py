@@ -60,6 +60,7 @@ def main() -> int:
         t0 = time.perf_counter()
         out = fn()
         rows[name] = time.perf_counter() - t0
+        print(f"  {name:16s} {rows[name]:8.2f} s   {len(qs) / rows[name]:6.3f} questions/s", file=sys.stderr, flush=True)
         return out
 
     five = timed("n=5", lambda: reader.generate(qs, [p[:5] for p in passages]))

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import sys
 import time
 import zlib
@@ -71,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
                    " paragraph (squad_open, open:...)")
     p.add_argument("--split", default="dev")
     p.add_argument("--data-dir", default=None, help="where the data are (default: the documented search order)")
-    p.add_argument("--limit", type=int, default=500, help="questions (the first of the split)")
+    p.add_argument("--limit", type=int, default=500, help="questions (the first of the split, after --every)")
+    p.add_argument("--every", type=int, default=None, help="keep every K-th question (spread over all articles)")
     p.add_argument("--reader", required=True, help="a generative reader spec, generative:MODEL[opts]")
     p.add_argument("--reader-opt", action="append", default=[], metavar="KEY=VALUE", help="a reader option (repeatable)")
     p.add_argument("--reader-dtype", default="auto", help="auto, float32, bfloat16, float16")
@@ -295,7 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     timings = {}
     t0 = time.perf_counter()
     options = {"data_dir": args.data_dir} if args.data_dir else {}
-    dataset = api.load_dataset(args.dataset, args.split, limit=args.limit, **options)
+    from data.types import limit_queries
+    from pipeline.tradeoff_sweep import every_kth_question
+
+    dataset = limit_queries(every_kth_question(api.load_dataset(args.dataset, args.split, **options), args.every), args.limit)
     if "bm25" in kinds:
         ranking = api.retrieve("bm25", dataset, depth=BM25_DEPTH)
     else:

@@ -342,7 +342,9 @@ class GenerativeReader:
         self._special_prefix_ = [] if chat else special_prefix(tokenizer, seq2seq)
         self._stop_ids_ = stop_token_ids(tokenizer, model)
         self._stop_strings_ = ["\n"]  # decoding stops at the end of the first line
-        self._cache_kw_ = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        forward = inspect.signature(model.forward).parameters
+        self._cache_kw_ = "cache" if "cache" in forward else "past_key_values"
+        self._logits_kw_ = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in forward), None)
         self._loaded_for_ = settings
         if device == "cpu" and dtype == "bfloat16" and not hardware.cpu_has_native_bf16():
             warn(f"reader dtype bfloat16 on a CPU without native bf16 ({hardware.cpu_model()}): emulated, slow")
@@ -497,7 +499,9 @@ class GenerativeReader:
             with torch.inference_mode():
                 kv = self._prefill(prefix)
             new: dict[str, dict] = {}
-            for group in _chunks(sorted(ns), self.batch_shape()[0]):
+            order = sorted(ns)  # the n's as batches within the reader's rows and padded-token budget
+            for batch in self._batches([int(bounds[n]) + len(p.tail) for n in order]):
+                group = [order[i] for i in batch]
                 lengths = [int(bounds[n]) for n in group]
                 width = max(lengths)
                 tail = p.tail
@@ -530,7 +534,10 @@ class GenerativeReader:
         from transformers import DynamicCache
 
         ids = torch.tensor([prefix], dtype=torch.long, device=self.device_)
-        out = self.model_(input_ids=ids, use_cache=True, **{self._cache_kw_: DynamicCache()})
+        extra = {self._cache_kw_: DynamicCache()}
+        if self._logits_kw_:  # only the cache is wanted: no [prefix, vocabulary] logits (time and memory)
+            extra[self._logits_kw_] = 1
+        out = self.model_(input_ids=ids, use_cache=True, **extra)
         return getattr(out, "cache", None) or out.past_key_values
 
     def _decode(self, ids, mask, prompt_width: int, extra: dict) -> list[dict]:
@@ -697,10 +704,6 @@ def padded_cache(kv, lengths: list[int], width: int):
             values.append(torch.nn.functional.pad(layer.values[:, :, :length], pad))
         batched.update(torch.cat(keys), torch.cat(values), index)
     return batched
-
-
-def _chunks(items: list, size: int) -> list[list]:
-    return [items[i: i + size] for i in range(0, len(items), size)]
 
 
 def _from_cache(out: Generations, keys: list[str], cache: GenerationCache | None) -> list[int]:

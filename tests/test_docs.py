@@ -170,7 +170,7 @@ def test_docs_quote_commands():
     assert len(COMMANDS) >= 40, "the command extraction found too few commands in README.md and docs/"
     modules = {c.module for c in COMMANDS}
     assert {"pipeline.run", "pipeline.sweep", "pipeline.compare", "pipeline.report", "pipeline.export",
-            "pipeline.sweep_report", "readers.train"} <= modules
+            "pipeline.sweep_report", "pipeline.position", "readers.train"} <= modules
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: f"{c.where} {c.module}")
