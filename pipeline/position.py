@@ -27,8 +27,6 @@ position, answer, metrics), ``position.png``/``.svg`` (has answer, or the first 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import sys
 import time
 import zlib
@@ -37,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from data.errors import UserError
-from data.io import write_json, write_jsonl, write_text
+from data.io import write_json, write_jsonl
 from pipeline.cli import main_guard, make_out_dir, parse_with_config, write_manifest
 
 DISTRACTORS = ("bm25", "random")
@@ -89,23 +87,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ------------------------------------------------------------------ settings
-def _paragraph_text(corpus, row: int) -> tuple[int, str]:
-    if corpus.paragraph_texts:
-        key = int(corpus.paragraph_ids[row])
-        return key, corpus.paragraph_texts[key]
-    return int(row), corpus.texts[row]
+def _paragraph(corpus, key: int) -> str:
+    """The text of paragraph ``key`` (a corpus row where the corpus has no paragraph table)."""
+    return corpus.paragraph_texts[key] if corpus.paragraph_texts else corpus.texts[key]
 
 
-def _contains(text: str, needles: list[str]) -> bool:
-    from eval.answer_metrics import normalize_answer
-
-    hay = f" {normalize_answer(text)} "
-    return any(n in hay for n in needles)
+def _paragraph_key(corpus, row: int) -> int:
+    return int(corpus.paragraph_ids[row]) if corpus.paragraph_texts else int(row)
 
 
 def build_settings(dataset, ranking, ns: list[int], kinds: list[str], seed: int) -> tuple[list[dict], dict]:
     """Per kept question: its gold paragraph and its distractors of each kind (``max(ns) - 1`` of them)."""
-    from eval.answer_metrics import normalize_answer
+    from eval.answer_metrics import has_answer
     from pipeline import stages
 
     corpus = dataset.corpus
@@ -118,14 +111,13 @@ def build_settings(dataset, ranking, ns: list[int], kinds: list[str], seed: int)
     kept, left_out = [], {"gold paragraph holds no answer": 0, "no single gold paragraph": 0, "too few distractors": 0}
     for i in range(len(rows)):
         golds = [g for g in queries.answers[i] if str(g).strip()]
-        needles = [f" {a} " for a in map(normalize_answer, golds) if a]
-        gold_keys = sorted({_paragraph_text(corpus, int(r))[0] for r in np.asarray(queries.gold[i]).reshape(-1)})
+        gold_keys = sorted({_paragraph_key(corpus, int(r)) for r in np.asarray(queries.gold[i]).reshape(-1)})
         if len(gold_keys) != 1:
             left_out["no single gold paragraph"] += 1
             continue
         gold_key = gold_keys[0]
-        gold_text = corpus.paragraph_texts[gold_key] if corpus.paragraph_texts else corpus.texts[gold_key]
-        if not needles or not _contains(gold_text, needles):
+        gold_text = _paragraph(corpus, gold_key)
+        if not golds or not has_answer(gold_text, golds, queries.language):
             left_out["gold paragraph holds no answer"] += 1
             continue
         distractors = {}
@@ -141,8 +133,8 @@ def build_settings(dataset, ranking, ns: list[int], kinds: list[str], seed: int)
                     break
                 if int(key) == gold_key:
                     continue
-                text = corpus.paragraph_texts[key] if corpus.paragraph_texts else corpus.texts[key]
-                if not _contains(text, needles):
+                text = _paragraph(corpus, int(key))
+                if not has_answer(text, golds, queries.language):
                     chosen.append(text)
             distractors["random"] = chosen
         if any(len(d) < need for d in distractors.values()):
@@ -296,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     options = {"data_dir": args.data_dir} if args.data_dir else {}
     from data.types import limit_queries
-    from pipeline.tradeoff_sweep import every_kth_question
+    from pipeline.tradeoff_sweep import every_kth_question, write_csv
 
     dataset = limit_queries(every_kth_question(api.load_dataset(args.dataset, args.split, **options), args.every), args.limit)
     if "bm25" in kinds:
@@ -338,11 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     from data.io import staged_outputs
 
     with staged_outputs(out, last="position.json", outputs=OUTPUTS) as stage:
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-        write_text(stage / "position.csv", buf.getvalue())
+        write_csv(stage / "position.csv", rows)
         write_jsonl(stage / "per_question.jsonl", per_question)
         title = f"{args.reader} on {args.dataset} {args.split}, {len(kept)} questions ({reader.facts().get('reader_dtype')})"
         plot(rows, metrics[0], stage / "position", title)
