@@ -20,7 +20,8 @@ from data.io import atomic_path
 
 
 def curves_by_size(rows: Sequence[dict], key: str, sizes: Sequence[int], label: Callable[[int], str], with_ci: bool = False) -> list[dict]:
-    """One curve per corpus size from aggregated sweep rows (``n``, ``{key}_mean``, ``{key}_std``)."""
+    """One curve per corpus size from aggregated sweep rows (``n``, ``{key}_mean``, ``{key}_std``; ``with_ci``: the
+    interval ``{key}_ci_low`` / ``_high`` where the rows have it, as a sweep writes it for its objective)."""
     curves = []
     for size in sizes:
         rs = sorted((r for r in rows if r["corpus_size"] == size), key=lambda r: int(r["n"]))
@@ -30,9 +31,9 @@ def curves_by_size(rows: Sequence[dict], key: str, sizes: Sequence[int], label: 
             "y": [float(r[f"{key}_mean"]) for r in rs],
             "std": [float(r.get(f"{key}_std", 0.0) or 0.0) for r in rs],
         }
-        if with_ci and key == "em":
-            curve["low"] = [float(r["em_ci_low"]) for r in rs]
-            curve["high"] = [float(r["em_ci_high"]) for r in rs]
+        if with_ci and rs and rs[0].get(f"{key}_ci_low", "") != "":
+            curve["low"] = [float(r[f"{key}_ci_low"]) for r in rs]
+            curve["high"] = [float(r[f"{key}_ci_high"]) for r in rs]
         curves.append(curve)
     return curves
 
@@ -91,10 +92,11 @@ def _theta(system: str) -> float:
         return 0.0
 
 
-def plot_cost(rows: Sequence[dict], stem: str | Path, *, title: str = "") -> list[str]:
-    """EM (%) against mean passages read, one panel per corpus size: fixed n as a curve, every other system as a
-    labelled point, the Pareto front (oracle left out) as a dashed step line.  ``rows``: cost.csv rows with
-    ``em`` in percent."""
+def plot_cost(rows: Sequence[dict], stem: str | Path, *, title: str = "", metric: str = "em",
+              ylabel: str = "exact match (%)") -> list[str]:
+    """``metric`` (EM by default, in %) against mean passages read, one panel per corpus size: fixed n as a curve,
+    every other system as a labelled point, the Pareto front (oracle left out) as a dashed step line.  ``rows``:
+    cost.csv rows with ``metric`` in percent."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -113,20 +115,20 @@ def plot_cost(rows: Sequence[dict], stem: str | Path, *, title: str = "") -> lis
     for ax, size in zip(axes.flat, sizes):
         rs = [r for r in rows if int(r["corpus_size"]) == size]
         fixed = sorted((r for r in rs if r["family"] == "top"), key=lambda r: float(r["mean_passages"]))
-        ax.plot([float(r["mean_passages"]) for r in fixed], [float(r["em"]) for r in fixed], "-", color="0.45", marker="o",
+        ax.plot([float(r["mean_passages"]) for r in fixed], [float(r[metric]) for r in fixed], "-", color="0.45", marker="o",
                 markersize=2.5, linewidth=1.2, label="top:n (fixed)")
         front = sorted((r for r in rs if r["pareto_front"] in (True, "True")), key=lambda r: float(r["mean_passages"]))
         if front:
-            ax.step([float(r["mean_passages"]) for r in front], [float(r["em"]) for r in front], "--", where="post",
+            ax.step([float(r["mean_passages"]) for r in front], [float(r[metric]) for r in front], "--", where="post",
                     color="black", linewidth=0.9, alpha=0.6, label="Pareto front")
         for r in rs:
             if r["family"] == "top":
                 continue
-            ax.plot(float(r["mean_passages"]), float(r["em"]), marker_of[r["system"]], color=colors[r["system"]],
+            ax.plot(float(r["mean_passages"]), float(r[metric]), marker_of[r["system"]], color=colors[r["system"]],
                     markersize=6 if r["family"] != "threshold" else 5, label=r["system"], linestyle="none")
         ax.set_title(f"corpus size {size:,}", fontsize=9)
         ax.set_xlabel("mean passages read per question")
-        ax.set_ylabel("exact match (%)")
+        ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
     for ax in list(axes.flat)[len(sizes):]:
         ax.axis("off")

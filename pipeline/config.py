@@ -333,6 +333,9 @@ class StatisticsConfig(Section):
     weighting: Literal["trapezoid", "log-trapezoid", "uniform"] = setting(
         "trapezoid", "--weighting", "regret weights over corpus sizes: trapezoid (over size), log-trapezoid (over log size: "
         "every decade weighs the same, for sizes spread over decades) or uniform")
+    objective: str = setting("em", "--objective", "the answer metric best n, the best system, regret and savings at equal"
+                             " quality are judged by: em (default), f1, or any metric in --metrics (has_answer for a"
+                             " generative reader whose answers are not spans)")
     plots: bool = setting(True, "--no-plots", "no plots", volatile=True)
 
 
@@ -438,6 +441,14 @@ class SweepConfig(Config):
             raise ValueError(f"a sweep scores em, f1 and every metric it can score per n"
                              f" ({', '.join(answer_metric_names(sweep=True))}); not {unknown[0]!r}")
         return v
+
+    @model_validator(mode="after")
+    def _objective_is_scored(self):
+        scored = dict.fromkeys(("em", "f1", *self.metrics.answer))
+        if self.statistics.objective not in scored:
+            raise ValueError(f"--objective {self.statistics.objective}: the sweep scores {', '.join(scored)}"
+                             " (--metrics); judge by one of them")
+        return self
 
 
 # ------------------------------------------------------------ field metadata

@@ -370,9 +370,9 @@ def fit_selector(selector, train: Dataset, ranking: Ranking, depth: int, unit: s
     both fit through here, so a learned selector is fitted the same way by either driver.
 
     A selector with the reader in the loop is fitted on ``reader``'s reads of the top ``depth`` passages of
-    (at most ``selector.fit_questions``, the first) training questions: their answer scores and the EM of
-    the answer chosen at every n (a generative reader: its answer from the top n and that answer's mean
-    token log-probability).
+    (at most ``selector.fit_questions``, the first) training questions: their answer scores and the EM (or the
+    selector's ``fit_metric``) of the answer chosen at every n (a generative reader: its answer from the top n and
+    that answer's mean token log-probability).
     """
     found = candidates_for(train, ranking, depth, unit)
     if not getattr(selector, "reads_answers", False):
@@ -388,6 +388,6 @@ def fit_selector(selector, train: Dataset, ranking: Ranking, depth: int, unit: s
     else:
         reads = read_top(reader, found.queries.texts, found.passages, cache=cache)
         chosen = answers_every_n(reads, found.passages, mu)
-    correct = metric_every_n("em", reads, chosen, found.queries.answers, found.queries.language)
+    correct = metric_every_n(getattr(selector, "fit_metric", "em"), reads, chosen, found.queries.answers, found.queries.language)
     return selector.fit(found.passages.retriever_scores, found.first_relevant(),
                         answer_scores=answer_scores(reads, found.passages, mu), correct=correct)

@@ -13,7 +13,9 @@ several seeds shows every value as mean ± std over the seeds.
 Files hold fractions in [0, 1] (``"scale": "fraction"`` in summary.json);
 sweeps written before that held EM, F1 and regret in percent and are migrated
 on read (:func:`migrate`).  The printed tables show EM in percent and regret in
-EM points, and say so in their headers.
+EM points, and say so in their headers.  A sweep judged by another metric
+(``--objective has_answer``) shows that metric where these say EM: the best
+system, regret, the cost table.
 """
 
 from __future__ import annotations
@@ -96,14 +98,25 @@ def _cell(rows: dict, size: int, system: str, metric: str, digits: int, seeds: i
     return text
 
 
+def objective_of(summary: dict) -> tuple[str, str]:
+    """(the metric a sweep was judged by, its label): ``em`` for sweeps written before ``--objective``."""
+    from pipeline.tradeoff_sweep import metric_label
+
+    objective = summary.get("objective", "em")
+    return objective, metric_label(objective)
+
+
 def size_table(summary: dict, rows: dict, ns: list[int]) -> str:
-    """Per corpus size: answer recall@n, answer-bearing count in the top N, EM of top-n, best system."""
+    """Per corpus size: answer recall@n, answer-bearing count in the top N, EM (and the objective) of top-n, best n
+    and best system by the objective."""
     n_max = int(summary["n_max"])
+    objective, label = objective_of(summary)
+    judged = [] if objective == "em" else [f"{label} top-{n} (%)" for n in ns if n <= n_max]
     ns = [n for n in ns if n <= n_max] or [n_max]
     bearing = summary.get("answer_bearing_by_size") or {}  # uniform levels of a corpus without known gold
     head = (["corpus", "noise ×"] + [f"answer recall@{n}" for n in ns] + [f"answer-bearing in top {n_max}"]
             + (["questions with an answer-bearing passage retrieved"] if bearing else [])
-            + [f"EM top-{n} (%)" for n in ns] + ["best n", "best system (EM %)"])
+            + [f"EM top-{n} (%)" for n in ns] + judged + ["best n", f"best system ({label} %)"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     seeds = len(summary.get("seeds") or [1])
     for size, ratio in zip(summary["corpus_sizes"], summary["noise_ratios"]):
@@ -116,17 +129,21 @@ def size_table(summary: dict, rows: dict, ns: list[int]) -> str:
             found = bearing.get(str(size), {}).get("answer_bearing_questions")
             cells += ["—" if found is None else f"{found:,.0f} of {summary['questions']:,}"]
         cells += [_cell(rows, size, f"top:{n}", "em", 2, seeds, 100.0) for n in ns]
+        if judged:
+            cells += [_cell(rows, size, f"top:{n}", objective, 2, seeds, 100.0) for n in ns]
         best_n = str(best["n"])
         if seeds > 1:  # the n that is best on the seed-averaged EM, then each seed's own best n
             best_n += f" (per seed {', '.join(map(str, best['per_seed']))})"
-        cells += [best_n, f"{best_system} ({100 * _value(rows, size, best_system, 'em_mean'):.2f})"]
+        cells += [best_n, f"{best_system} ({100 * _value(rows, size, best_system, f'{objective}_mean'):.2f})"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def regret_table(summary: dict, fixed: list[int]) -> str:
-    """Regret (EM points: the fractions of summary.json x 100) of the headline systems, with the bootstrap interval."""
+    """Regret (EM points, or the objective's: the fractions of summary.json x 100) of the headline systems, with the
+    bootstrap interval."""
     regret = summary["regret"]
+    label = objective_of(summary)[1]
     systems = regret["systems"]
     picks = [(label, regret[key]["system"]) for label, key in
              (("best fixed n", "best_fixed"), ("best threshold", "best_threshold"), ("ordinal regression", "ordinal"))
@@ -138,7 +155,8 @@ def regret_table(summary: dict, fixed: list[int]) -> str:
     picks += [("oracle (reads to the first answer-bearing passage)", "oracle")]
     seeds = len(summary.get("seeds") or [1])
     spread = " ± std over seeds" if seeds > 1 else ""
-    lines = [f"| system | spec | regret, EM points ({regret['weighting']}){spread} | 95% interval | uniform mean |", "|---|---|---|---|---|"]
+    lines = [f"| system | spec | regret, {label} points ({regret['weighting']}){spread} | 95% interval | uniform mean |",
+             "|---|---|---|---|---|"]
     for label, system in picks:
         info = systems.get(system)
         if info is None:
@@ -150,18 +168,19 @@ def regret_table(summary: dict, fixed: list[int]) -> str:
 
 
 def cost_table(out: str | Path, summary: dict) -> str | None:
-    """Per corpus size, for the best fixed n and the best system of every selector family: EM, mean passages
-    read, whether it is on the Pareto front, and (adaptive selectors) the fixed n that reaches its EM and the
-    passages per question it saves against that n.  None for sweeps without cost.csv."""
+    """Per corpus size, for the best fixed n and the best system of every selector family: EM (or the sweep's
+    objective), mean passages read, whether it is on the Pareto front, and (adaptive selectors) the fixed n that
+    reaches it and the passages per question it saves against that n.  None for sweeps without cost.csv."""
     path = Path(out) / "cost.csv"
     if not path.is_file():
         return None
     with open(path, newline="", encoding="utf-8") as f:
         cost = {(int(r["corpus_size"]), r["system"]): r for r in csv.DictReader(f)}
     regret = summary["regret"]
+    objective, label = objective_of(summary)
     systems = [best["system"] for best in (regret.get("by_family") or {}).values() if best]
-    head = ["corpus", "system", "EM (%)", "mean passages read", "Pareto front", "fixed n of equal EM", "its passages",
-            "saving, passages/question [95% CI]"]
+    head = ["corpus", "system", f"{label} (%)", "mean passages read", "Pareto front", f"fixed n of equal {label}",
+            "its passages", "saving, passages/question [95% CI]"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for size in summary["corpus_sizes"]:
         for system in systems:
@@ -171,10 +190,10 @@ def cost_table(out: str | Path, summary: dict) -> str | None:
             adaptive = r["family"] not in ("top", "oracle")
             saving = "—"
             if adaptive:
-                saving = "no fixed n reaches its EM" if r["saving"] == "" else \
+                saving = f"no fixed n reaches its {label}" if r["saving"] == "" else \
                     f"{float(r['saving']):+.2f} [{float(r['saving_ci_low']):+.2f}, {float(r['saving_ci_high']):+.2f}]"
             lines.append("| " + " | ".join([
-                f"{int(size):,}", f"`{system}`", f"{100 * float(r['em']):.2f}", f"{float(r['mean_passages']):.2f}",
+                f"{int(size):,}", f"`{system}`", f"{100 * float(r[objective]):.2f}", f"{float(r['mean_passages']):.2f}",
                 "yes" if r["pareto_front"] == "True" else "no",
                 (f"top:{r['fixed_n']}" if r["fixed_n"] else "—") if adaptive else "—",
                 f"{float(r['fixed_n_passages']):.2f}" if adaptive and r["fixed_n_passages"] else "—", saving]) + " |")

@@ -658,25 +658,25 @@ def family(name: str) -> str:
     return name.split(":")[0]
 
 
-def level_means(r: LevelResult, weights: np.ndarray) -> dict[str, np.ndarray]:
-    """Per system (top:1..N, then the selectors) the means over questions of one level: EM (and its bootstrap
-    interval), F1, n read, answer and gold recall, answer-bearing passages, and every other metric scored."""
+def level_means(r: LevelResult, weights: np.ndarray, objective: str = "em") -> dict[str, np.ndarray]:
+    """Per system (top:1..N, then the selectors) the means over questions of one level: EM, F1, n read, answer and
+    gold recall, answer-bearing passages, every other metric scored, and the bootstrap interval of the
+    ``objective`` (``{objective}_ci_low`` / ``_high``)."""
     from eval.tradeoff import bootstrap_means, percentile_interval
 
     def at_systems(per_n: np.ndarray) -> np.ndarray:  # [Q, N] per n -> [Q, N + M]: the selectors' n appended
         return np.concatenate([per_n, np.take_along_axis(per_n, columns(r.sys_n), axis=1)], axis=1)
 
-    em_t = system_table(r, "em")
-    lo, hi = percentile_interval(bootstrap_means(em_t, weights))
+    lo, hi = percentile_interval(bootstrap_means(system_table(r, objective), weights))
     metrics = {
-        "em": np.nanmean(em_t, axis=0),  # fractions in [0, 1] (percent before SWEEP_SCALE)
+        "em": np.nanmean(system_table(r, "em"), axis=0),  # fractions in [0, 1] (percent before SWEEP_SCALE)
         "f1": np.nanmean(system_table(r, "f1"), axis=0),
         "mean_n": system_n(r).mean(axis=0),
         "answer_recall": at_systems(np.logical_or.accumulate(r.bearing, axis=1)).mean(axis=0),
         "gold_recall": at_systems(np.logical_or.accumulate(r.gold_hit, axis=1)).mean(axis=0),
         "answer_bearing": at_systems(np.cumsum(r.bearing, axis=1)).mean(axis=0),
-        "em_ci_low": lo,
-        "em_ci_high": hi,
+        f"{objective}_ci_low": lo,
+        f"{objective}_ci_high": hi,
     }
     if r.bert_f1 is not None:
         metrics["bert_f1"] = np.nanmean(system_table(r, "bert_f1"), axis=0)
@@ -686,8 +686,9 @@ def level_means(r: LevelResult, weights: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def seed_aggregate(plan: SweepPlan, size: int, names: list[str], q_count: int, seed_metrics: list[dict],
-                   extra_keys: tuple, interval: tuple[np.ndarray, np.ndarray]) -> list[dict]:
-    """summary.csv rows of one corpus size: mean and std over seeds, the bootstrap interval of the seed-mean EM."""
+                   extra_keys: tuple, interval: tuple[np.ndarray, np.ndarray], objective: str = "em") -> list[dict]:
+    """summary.csv rows of one corpus size: mean and std over seeds, the bootstrap interval of the seed-mean
+    ``objective``."""
     lo, hi = interval
     rows = []
     for m, name in enumerate(names):
@@ -700,21 +701,21 @@ def seed_aggregate(plan: SweepPlan, size: int, names: list[str], q_count: int, s
             vals = np.array([sm[key][m] for sm in seed_metrics])
             entry[f"{key}_mean"] = round(float(vals.mean()), 6)
             entry[f"{key}_std"] = round(float(vals.std(ddof=1)) if len(vals) > 1 else 0.0, 6)
-        entry["em_ci_low"] = round(float(lo[m]), 6)
-        entry["em_ci_high"] = round(float(hi[m]), 6)
+        entry[f"{objective}_ci_low"] = round(float(lo[m]), 6)
+        entry[f"{objective}_ci_high"] = round(float(hi[m]), 6)
         rows.append(entry)
     return rows
 
 
-def regret_table(plan: SweepPlan, names: list[str], per_seed_em: np.ndarray, boot_em: np.ndarray, weighting: str) -> dict:
-    """Regret per system over corpus sizes (:func:`eval.tradeoff.regret`): mean and std over seeds, bootstrap
-    interval, and the uniform-weight mean."""
+def regret_table(plan: SweepPlan, names: list[str], per_seed: np.ndarray, boot: np.ndarray, weighting: str) -> dict:
+    """Regret per system over corpus sizes (:func:`eval.tradeoff.regret`) of the objective's ``[S, K, M]`` seed means
+    and ``[B, K, M]`` bootstrap means: mean and std over seeds, bootstrap interval, and the uniform-weight mean."""
     from eval.tradeoff import percentile_interval, regret
 
     reference = np.array([family(n) != "oracle" for n in names])
-    reg_seed = regret(per_seed_em, plan.sizes, reference, weighting)  # [S, M]
-    reg_lo, reg_hi = percentile_interval(regret(boot_em, plan.sizes, reference, weighting))  # over [B, M]
-    reg_uniform = regret(per_seed_em, plan.sizes, reference, "uniform").mean(axis=0)
+    reg_seed = regret(per_seed, plan.sizes, reference, weighting)  # [S, M]
+    reg_lo, reg_hi = percentile_interval(regret(boot, plan.sizes, reference, weighting))  # over [B, M]
+    reg_uniform = regret(per_seed, plan.sizes, reference, "uniform").mean(axis=0)
     return {
         name: {
             "mean": round(float(reg_seed[:, m].mean()), 6),
@@ -726,23 +727,25 @@ def regret_table(plan: SweepPlan, names: list[str], per_seed_em: np.ndarray, boo
     }
 
 
-def best_n_table(plan: SweepPlan, names: list[str], per_seed_em: np.ndarray) -> dict:
-    """Per corpus size: the best fixed n (mean over seeds, and per seed) and the best non-oracle system."""
+def best_n_table(plan: SweepPlan, names: list[str], per_seed: np.ndarray, objective: str = "em") -> dict:
+    """Per corpus size: the fixed n with the best ``objective`` (mean over seeds, and per seed) and the best
+    non-oracle system."""
     reference = np.array([family(n) != "oracle" for n in names])
-    mean_em = per_seed_em.mean(axis=0)  # [K, M]
+    mean = per_seed.mean(axis=0)  # [K, M]
     best_n = {}
     for k, size in enumerate(plan.sizes):
-        top = mean_em[k, : plan.n_max]
+        top = mean[k, : plan.n_max]
         best_n[str(size)] = {
-            "n": int(np.argmax(top)) + 1, "em": round(float(top.max()), 6),
-            "per_seed": [int(np.argmax(per_seed_em[s, k, : plan.n_max])) + 1 for s in range(len(plan.seeds))],
-            "best_system": names[int(np.argmax(np.where(reference, mean_em[k], -np.inf)))],
+            "n": int(np.argmax(top)) + 1, objective: round(float(top.max()), 6),
+            "per_seed": [int(np.argmax(per_seed[s, k, : plan.n_max])) + 1 for s in range(len(plan.seeds))],
+            "best_system": names[int(np.argmax(np.where(reference, mean[k], -np.inf)))],
         }
     return best_n
 
 
-def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weighting: str) -> dict:
-    """Tidy rows, seed aggregates, regret and best n from the per-level results."""
+def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weighting: str, objective: str = "em") -> dict:
+    """Tidy rows, seed aggregates, regret and best n from the per-level results; best n, the best system, regret
+    and the savings at equal quality are judged by ``objective`` (EM, or any answer metric the levels scored)."""
     from eval.tradeoff import bootstrap_means, bootstrap_weights, percentile_interval
 
     first = levels[(plan.sizes[0], plan.seeds[0])]
@@ -750,15 +753,17 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
     q_count = first.em.shape[0]
     weights = bootstrap_weights(q_count, n_boot, boot_seed)
     rows, agg_rows, cost_rows = [], [], []
-    per_seed_em = np.zeros((len(plan.seeds), len(plan.sizes), len(names)))
-    boot_em = np.zeros((n_boot, len(plan.sizes), len(names)))
+    if first.metric(objective) is None:
+        raise UserError(f"--objective {objective}: the sweep did not score it (add it to --metrics)")
+    per_seed = np.zeros((len(plan.seeds), len(plan.sizes), len(names)))  # the objective's means
+    boot = np.zeros((n_boot, len(plan.sizes), len(names)))
     for k, size in enumerate(plan.sizes):
         seed_metrics = []
         for s, seed in enumerate(plan.seeds):
             r = levels[(size, seed)]
-            metrics = level_means(r, weights)
+            metrics = level_means(r, weights, objective)
             seed_metrics.append(metrics)
-            per_seed_em[s, k] = metrics["em"]
+            per_seed[s, k] = metrics[objective]
             for m, name in enumerate(names):
                 rows.append({
                     "dataset": plan.dataset.name, "split": plan.dataset.split, "corpus_size": size,
@@ -767,44 +772,47 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
                     **{key: round(float(v[m]), 6) for key, v in metrics.items()},
                     "reads_done": r.info.get("reads_done", 0), "reads_reused": r.info.get("reads_reused", 0),
                 })
-        mean_table = np.mean([system_table(levels[(size, seed)], "em") for seed in plan.seeds], axis=0)  # [Q, M] EM over seeds
-        boot_em[:, k] = bootstrap_means(mean_table, weights)
+        mean_table = np.mean([system_table(levels[(size, seed)], objective) for seed in plan.seeds], axis=0)  # [Q, M] over seeds
+        boot[:, k] = bootstrap_means(mean_table, weights)
         extra_keys = tuple(key for key in seed_metrics[0] if key == "bert_f1" or key in first.more)
-        size_rows = seed_aggregate(plan, size, names, q_count, seed_metrics, extra_keys, percentile_interval(boot_em[:, k]))
+        size_rows = seed_aggregate(plan, size, names, q_count, seed_metrics, extra_keys, percentile_interval(boot[:, k]), objective)
         agg_rows += size_rows
         n_table = np.mean([system_n(levels[(size, seed)]) for seed in plan.seeds], axis=0).astype(np.float64)  # [Q, M]
         boot_tokens = None
         if "prompt_tokens" in first.more:
             t_table = np.mean([system_table(levels[(size, seed)], "prompt_tokens") for seed in plan.seeds], axis=0)
             boot_tokens = bootstrap_means(t_table, weights)
-        cost_rows += size_costs(plan, names, size_rows, boot_em[:, k], bootstrap_means(n_table, weights), boot_tokens)
-    regrets = regret_table(plan, names, per_seed_em, boot_em, weighting)
+        cost_rows += size_costs(plan, names, size_rows, boot[:, k], bootstrap_means(n_table, weights), boot_tokens, objective)
+    regrets = regret_table(plan, names, per_seed, boot, weighting)
 
     def best_of(fam: str):
         cands = [(regrets[n]["mean"], n) for n in names if family(n) == fam]
         return None if not cands else {"system": min(cands)[1], "regret": min(cands)[0]}
 
-    mean_em = per_seed_em.mean(axis=0)  # [K, M]
+    mean = per_seed.mean(axis=0)  # [K, M]
+    label = metric_label(objective)
     summary = {
         "dataset": plan.dataset.name, "split": plan.dataset.split, "questions": q_count, "scale": SWEEP_SCALE,
         "corpus_sizes": plan.sizes, "noise_ratios": [noise_ratio(s, plan.n_gold) for s in plan.sizes],
         "gold_rows": plan.n_gold, "pool_rows": plan.n_pool, "seeds": plan.seeds, "n_max": plan.n_max, "tau": plan.tau,
-        "thetas": plan.thetas, "best_n": best_n_table(plan, names, per_seed_em), **open_level_summary(plan, levels),
+        "thetas": plan.thetas, "objective": objective, "best_n": best_n_table(plan, names, per_seed, objective),
+        **open_level_summary(plan, levels),
         "regret": {
             "weighting": weighting,
-            "definition": "per size: best EM among non-oracle systems minus the system's EM (EM as a fraction; x100 = EM points); "
+            "definition": f"per size: best {label} among non-oracle systems minus the system's {label} ({label} as a fraction;"
+                          f" x100 = {label} points); "
                           + {"trapezoid": "trapezoid weights over corpus size, normalized by the size range",
                              "log-trapezoid": "trapezoid weights over log corpus size, normalized by the log size range"}.get(weighting, "plain mean over sizes"),
             "best_fixed": best_of("top"), "best_threshold": best_of("threshold"), "ordinal": best_of("ordinal"), "oracle": best_of("oracle"),
             "by_family": {fam: best_of(fam) for fam in dict.fromkeys(family(n) for n in names)},
             "systems": regrets,
         },
-        "em_by_size": {name: [round(float(v), 6) for v in mean_em[:, m]] for m, name in enumerate(names)},
+        f"{objective}_by_size": {name: [round(float(v), 6) for v in mean[:, m]] for m, name in enumerate(names)},
         "reads": {
             "done": int(sum(r.info.get("reads_done", 0) for r in levels.values())),
             "reused": int(sum(r.info.get("reads_reused", 0) for r in levels.values())),
         },
-        "cost": cost_summary(plan, cost_rows, levels),
+        "cost": cost_summary(plan, cost_rows, levels, objective),
         "bootstrap": {"replicates": n_boot, "seed": boot_seed, "interval": "95% percentile, questions resampled, paired across sizes"},
     }
     bert_info = next((r.info["bert_f1"] for r in levels.values() if r.info.get("bert_f1")), None)
@@ -816,16 +824,27 @@ def aggregate(plan: SweepPlan, levels: dict, n_boot: int, boot_seed: int, weight
 ADAPTIVE_EXCLUDED = ("top", "oracle")  # the families that are not adaptive selectors
 
 
+def metric_label(name: str) -> str:
+    """An answer metric's label for tables and plots (``EM``, ``has answer``): its registry entry's ``display``."""
+    from eval.registry import ANSWER_METRICS
+
+    try:
+        return ANSWER_METRICS.get(name).display
+    except Exception:  # noqa: BLE001 - a metric no longer registered (an old sweep's plugin): its name
+        return name
+
+
 def size_costs(plan: SweepPlan, names: list[str], size_rows: list[dict], boot_em: np.ndarray, boot_n: np.ndarray,
-               boot_tokens: np.ndarray | None = None) -> list[dict]:
-    """cost.csv rows of one corpus size: per system EM and F1 against mean passages read, whether it is on the
-    Pareto front (oracle left out: it reads the gold), and for adaptive selectors the fixed n that reaches their EM
-    and the passages per question saved against it, with its bootstrap interval (:mod:`eval.cost`).  A generative
-    reader's sweep (``boot_tokens``: bootstrap means of the prompt tokens) adds the mean prompt tokens and the
-    prompt tokens saved at equal EM, the same way."""
+               boot_tokens: np.ndarray | None = None, objective: str = "em") -> list[dict]:
+    """cost.csv rows of one corpus size: per system the ``objective`` (EM by default; ``boot_em`` its bootstrap
+    means) and F1 against mean passages read, whether it is on the Pareto front (oracle left out: it reads the
+    gold), and for adaptive selectors the fixed n that reaches their objective and the passages per question saved
+    against it, with its bootstrap interval (:mod:`eval.cost`).  A generative reader's sweep (``boot_tokens``:
+    bootstrap means of the prompt tokens) adds the mean prompt tokens and the prompt tokens saved at equal
+    objective, the same way."""
     from eval.cost import pareto_front, saving_at_equal_em
 
-    em = np.array([r["em_mean"] for r in size_rows])
+    em = np.array([r[f"{objective}_mean"] for r in size_rows])
     passages = np.array([r["mean_n_mean"] for r in size_rows])
     real = np.array([family(n) != "oracle" for n in names])
     front = np.zeros(len(names), dtype=bool)
@@ -834,8 +853,9 @@ def size_costs(plan: SweepPlan, names: list[str], size_rows: list[dict], boot_em
     out = []
     for m, (name, row) in enumerate(zip(names, size_rows)):
         entry = {"dataset": row["dataset"], "split": row["split"], "corpus_size": row["corpus_size"], "system": name,
-                 "family": row["family"], "mean_passages": row["mean_n_mean"], "em": row["em_mean"], "em_ci_low": row["em_ci_low"],
-                 "em_ci_high": row["em_ci_high"], "f1": row["f1_mean"], "pareto_front": bool(front[m]),
+                 "family": row["family"], "mean_passages": row["mean_n_mean"], objective: row[f"{objective}_mean"],
+                 f"{objective}_ci_low": row[f"{objective}_ci_low"], f"{objective}_ci_high": row[f"{objective}_ci_high"],
+                 "f1": row["f1_mean"], "pareto_front": bool(front[m]),
                  "fixed_n": "", "fixed_n_passages": "", "saving": "", "saving_ci_low": "", "saving_ci_high": "",
                  "replicates_without_fixed_n": ""}
         if family(name) not in ADAPTIVE_EXCLUDED:
@@ -859,9 +879,10 @@ def size_costs(plan: SweepPlan, names: list[str], size_rows: list[dict], boot_em
     return out
 
 
-def cost_summary(plan: SweepPlan, cost_rows: list[dict], levels: dict) -> dict:
-    """summary.json's cost section: per size the Pareto front and each adaptive selector's saving at equal EM,
-    and the reader seconds per passage measured on this sweep's fresh reads (None when every read came from the cache)."""
+def cost_summary(plan: SweepPlan, cost_rows: list[dict], levels: dict, objective: str = "em") -> dict:
+    """summary.json's cost section: per size the Pareto front and each adaptive selector's saving at equal
+    ``objective``, and the reader seconds per passage measured on this sweep's fresh reads (None when every read
+    came from the cache)."""
     fresh = [r.info for r in levels.values() if r.info.get("reads_done")]
     seconds = sum(i.get("read_s", 0.0) for i in fresh) / max(sum(i["reads_done"] for i in fresh), 1) if fresh else None
     by_size: dict = {}
@@ -870,10 +891,10 @@ def cost_summary(plan: SweepPlan, cost_rows: list[dict], levels: dict) -> dict:
         if row["pareto_front"]:
             size["pareto_front"].append(row["system"])
         if row["family"] not in ADAPTIVE_EXCLUDED:
-            size["savings"][row["system"]] = {k: row[k] for k in ("em", "mean_passages", "fixed_n", "fixed_n_passages", "saving",
+            size["savings"][row["system"]] = {k: row[k] for k in (objective, "mean_passages", "fixed_n", "fixed_n_passages", "saving",
                                                                   "saving_ci_low", "saving_ci_high", "replicates_without_fixed_n")}
-    return {"definition": "saving = mean passages read by the smallest fixed n whose EM reaches the selector's, minus the "
-                          "selector's mean passages read (per question; 95% question-bootstrap interval)",
+    return {"definition": f"saving = mean passages read by the smallest fixed n whose {metric_label(objective)} reaches the"
+                          " selector's, minus the selector's mean passages read (per question; 95% question-bootstrap interval)",
             "seconds_per_read": None if seconds is None else round(seconds, 6), "by_size": by_size}
 
 
@@ -891,24 +912,30 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 PERCENT_COLUMNS = ("em_mean", "em_std", "em_ci_low", "em_ci_high", "f1_mean", "f1_std")
 
 
-def as_percent(row: dict) -> dict:
-    """A summary.csv row with EM/F1 columns in percent (for plots and printed tables)."""
-    return {k: (float(v) * 100 if k in PERCENT_COLUMNS and v != "" else v) for k, v in row.items()}
+def as_percent(row: dict, objective: str = "em") -> dict:
+    """A summary.csv row with EM/F1 columns, and the objective's mean, std and interval, in percent (for plots and
+    printed tables)."""
+    columns = PERCENT_COLUMNS + tuple(f"{objective}_{k}" for k in ("mean", "std", "ci_low", "ci_high"))
+    return {k: (float(v) * 100 if k in columns and v != "" else v) for k, v in row.items()}
 
 
 def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict, cost_rows: list[dict] | None = None) -> list[str]:
     from eval.plots import curves_by_size, plot_curves
 
     written = []
-    agg_rows = [as_percent(r) for r in agg_rows]  # the plots show EM in percent
+    objective = summary.get("objective", "em")
+    label_of = metric_label(objective)
+    agg_rows = [as_percent(r, objective) for r in agg_rows]  # the plots show EM (and the objective) in percent
     per_n = [r for r in agg_rows if r["family"] == "top" and plan.n_min <= int(r["n"]) <= plan.n_max]
     label = lambda size: f"{size:,}" + (f" ({size / plan.n_gold:.1f}x gold)" if plan.n_gold else "")  # noqa: E731
+    judged = [] if objective == "em" else [(objective, f"{label_of} (%)", f"{objective}_vs_n")]
     for key, ylabel, stem in (
         ("em", "exact match (%)", "em_vs_n"),
+        *judged,
         ("answer_recall", "answer recall@n", "recall_vs_n"),
         ("answer_bearing", "answer-bearing passages in top n", "answer_bearing_vs_n"),
     ):
-        curves = curves_by_size(per_n, key, plan.sizes, label, with_ci=key == "em")
+        curves = curves_by_size(per_n, key, plan.sizes, label, with_ci=key == objective)
         written += plot_curves(curves, out / stem, xlabel="n (passages read)", ylabel=ylabel, integer_x=True,
                                title=f"{plan.dataset.name} {plan.dataset.split}: {ylabel} vs n")
     reg = summary["regret"]
@@ -921,18 +948,20 @@ def make_plots(out: Path, plan: SweepPlan, agg_rows: list[dict], summary: dict, 
         nice = name if family(name) in ("top", "oracle") else f"{name} (adaptive)"
         curves.append({
             "label": f"{nice}, regret {100 * reg['systems'][name]['mean']:.2f}", "x": x,
-            "y": [r["em_mean"] for r in rs], "low": [r["em_ci_low"] for r in rs], "high": [r["em_ci_high"] for r in rs],
-            "std": [r["em_std"] for r in rs], "dashed": name == "oracle",
+            "y": [r[f"{objective}_mean"] for r in rs], "low": [r[f"{objective}_ci_low"] for r in rs],
+            "high": [r[f"{objective}_ci_high"] for r in rs], "std": [r[f"{objective}_std"] for r in rs], "dashed": name == "oracle",
         })
-    written += plot_curves(curves, out / "em_vs_corpus_size", xlabel=f"corpus size ({size_unit(plan)})",
-                           ylabel="exact match (%)", title=f"{plan.dataset.name} {plan.dataset.split}: EM vs corpus size",
+    ylabel = "exact match (%)" if objective == "em" else f"{label_of} (%)"
+    written += plot_curves(curves, out / f"{objective}_vs_corpus_size", xlabel=f"corpus size ({size_unit(plan)})",
+                           ylabel=ylabel, title=f"{plan.dataset.name} {plan.dataset.split}: {label_of} vs corpus size",
                            logx=max(plan.sizes) >= 20 * min(plan.sizes))  # sizes over decades: log axis
     written += retrieval_recall_plots(out, plan, summary)
     if cost_rows:
         from eval.plots import plot_cost
 
-        written += plot_cost([as_percent(r) | {"em": 100 * float(r["em"])} for r in cost_rows], out / "em_vs_passages",
-                             title=f"{plan.dataset.name} {plan.dataset.split}: EM vs passages read")
+        written += plot_cost([as_percent(r) | {objective: 100 * float(r[objective])} for r in cost_rows],
+                             out / f"{objective}_vs_passages", metric=objective, ylabel=ylabel,
+                             title=f"{plan.dataset.name} {plan.dataset.split}: {label_of} vs passages read")
     return written
 
 
@@ -974,24 +1003,26 @@ def print_summary(summary: dict, out: Path, levels: dict | None = None) -> None:
     """The headline table of a sweep; ``levels`` (the manifest's, per level its info) adds how many levels this run
     took from disk, since the reads line counts what every level read when it was made."""
     rows = []
+    objective = summary.get("objective", "em")
+    label = metric_label(objective)
     for size, b in summary["best_n"].items():
-        rows.append((f"size {size}: best n", f"{b['n']} (EM {100 * b['em']:.2f}%; best system {b['best_system']})"))
+        rows.append((f"size {size}: best n", f"{b['n']} ({label} {100 * b[objective]:.2f}%; best system {b['best_system']})"))
     reg = summary["regret"]
     for key in ("best_fixed", "best_threshold", "ordinal", "oracle"):
         if reg.get(key):
-            rows.append((f"regret {key} (EM points)", f"{100 * reg[key]['regret']:.3f}  ({reg[key]['system']})"))
+            rows.append((f"regret {key} ({label} points)", f"{100 * reg[key]['regret']:.3f}  ({reg[key]['system']})"))
     for fam, best in (reg.get("by_family") or {}).items():
         if best and fam not in ("top", "threshold", "ordinal", "oracle"):
-            rows.append((f"regret best {fam} (EM points)", f"{100 * best['regret']:.3f}  ({best['system']})"))
+            rows.append((f"regret best {fam} ({label} points)", f"{100 * best['regret']:.3f}  ({best['system']})"))
     best = {b["system"] for b in (reg.get("by_family") or {}).values() if b}  # one line per family, not per θ
     for size, cost in (summary.get("cost") or {}).get("by_size", {}).items():
         for name, saved in cost["savings"].items():
             if name not in best:
                 continue
             if saved["saving"] == "":
-                rows.append((f"size {size}: {name}", f"reads {saved['mean_passages']:.2f}; no fixed n reaches its EM"))
+                rows.append((f"size {size}: {name}", f"reads {saved['mean_passages']:.2f}; no fixed n reaches its {label}"))
             else:
-                rows.append((f"size {size}: {name}", f"reads {saved['mean_passages']:.2f}; top:{saved['fixed_n']} reaches its EM "
+                rows.append((f"size {size}: {name}", f"reads {saved['mean_passages']:.2f}; top:{saved['fixed_n']} reaches its {label} "
                              f"reading {saved['fixed_n_passages']:.2f}: saves {saved['saving']:.2f} "
                              f"[{saved['saving_ci_low']}, {saved['saving_ci_high']}] passages/question"))
     rows.append(("reads done / reused", f"{summary['reads']['done']} / {summary['reads']['reused']}"))
@@ -1028,7 +1059,7 @@ def run_sweep_experiment(config: SweepConfig, *, flags: dict | None = None) -> S
         state = run_sweep(config, out, timer)
     plan, levels = state["plan"], state["levels"]
     with timer("aggregate"):
-        agg = aggregate(plan, levels, stats.bootstrap, stats.bootstrap_seed, stats.weighting)
+        agg = aggregate(plan, levels, stats.bootstrap, stats.bootstrap_seed, stats.weighting, stats.objective)
     write_csv(out / "results.csv", agg["rows"])
     write_csv(out / "summary.csv", agg["agg_rows"])
     write_csv(out / "cost.csv", agg["cost_rows"])

@@ -20,7 +20,9 @@ evaluated split's: for each candidate t (quantiles of the signal on the
 training reads) the stop n of every training question gives an EM (of the
 answer chosen among its first n passages) and a mean n; the fitted t maximizes
 ``EM - cost * mean n`` (``cost`` in EM per passage; 0 maximizes EM, ties going
-to the fewer passages read).  A fixed threshold can be given instead
+to the fewer passages read).  ``fit_metric`` fits on another answer metric
+instead of EM (``fit_metric=has_answer`` for a generative reader whose answers
+are sentences, where EM is near 0 at every n and every threshold ties).  A fixed threshold can be given instead
 (``confidence:20,threshold=6.5``): then nothing is fitted.
 
 This is the early-stopping idea of adaptive computation for open-domain QA
@@ -72,12 +74,13 @@ class Confidence(Selector):
     reads_answers = True
 
     def __init__(self, tau: int = DEFAULT_TAU, signal: str = "score", cost: float = 0.0,
-                 threshold: float | None = None, fit_questions: int = 500):
+                 threshold: float | None = None, fit_questions: int = 500, fit_metric: str = "em"):
         self.tau = tau
         self.signal = signal
         self.cost = cost
         self.threshold = threshold
         self.fit_questions = fit_questions
+        self.fit_metric = fit_metric
 
     @property
     def max_depth(self) -> int:
@@ -90,6 +93,11 @@ class Confidence(Selector):
         if self.threshold is not None:
             check_number(self, self.threshold, "threshold", -float("inf"), float("inf"), low_open=True, high_open=True)
         check_integer(self, self.fit_questions, "fit_questions", minimum=2)
+        from eval.registry import ANSWER_METRICS, answer_metric_names
+
+        fittable = [n for n in answer_metric_names(sweep=True) if ANSWER_METRICS.get(n).sweep == "cell"]
+        if self.fit_metric not in fittable:
+            raise UserError(f"selector {self.spec}: fit_metric must be an answer metric scored per n ({', '.join(fittable)})")
         return check_integer(self, self.tau, "τ")
 
     def needs_fit(self) -> bool:
@@ -135,8 +143,9 @@ class Confidence(Selector):
 
     # -- fitting --------------------------------------------------------------
     def fit(self, scores, first_relevant_rank=None, answer_scores=None, correct=None) -> "Confidence":
-        """Fit the threshold on training reads: ``answer_scores`` ``[Q, >=τ]`` and ``correct[q, n-1]``, the EM (or any
-        score in [0, 1]) of the answer chosen among the first n passages.  A given ``threshold`` is kept as is."""
+        """Fit the threshold on training reads: ``answer_scores`` ``[Q, >=τ]`` and ``correct[q, n-1]``, the EM (or the
+        ``fit_metric``: any score in [0, 1]) of the answer chosen among the first n passages.  A given ``threshold``
+        is kept as is."""
         tau = self._check()
         if self.threshold is not None:
             return self

@@ -195,6 +195,34 @@ def test_confidence_never_reads_past_its_stop(squad_slice, reader):
     assert list(answers.values()) == expected
 
 
+@pytest.mark.slow
+def test_confidence_fits_on_its_fit_metric(squad_slice, reader):
+    """fit_metric=f1 fits the threshold on the F1 of the answer chosen at each n (EM by default): the training score
+    it records is the mean F1 at its fitted stops, and that F1 is at least what EM's fitted threshold gives in F1."""
+    from pipeline import stages
+
+    dataset, ranking = squad_slice
+    found = stages.candidates_for(dataset, ranking, 8)
+    reads = stages.read_top(reader, found.queries.texts, found.passages)
+    chosen = stages.answers_every_n(reads, found.passages, 1.0)
+    per_n = {m: stages.metric_every_n(m, reads, chosen, found.queries.answers, "en") for m in ("em", "f1")}
+    assert not np.array_equal(per_n["em"], per_n["f1"])  # real reads where partial credit differs from EM
+    fitted = {m: stages.fit_selector(Confidence(tau=8, fit_metric=m), dataset, ranking, 8, reader=reader)
+              for m in ("em", "f1")}
+    scores = stages.answer_scores(reads, found.passages, 1.0)
+    rows = np.arange(len(found.rows))
+
+    def at_stops(selector, metric):
+        n = selector.stop_points(found.passages.retriever_scores, scores)
+        return float(np.nanmean(per_n[metric][rows, n - 1]))
+
+    for m, sel in fitted.items():
+        assert sel.fit_metric == m and sel.train_em_ == pytest.approx(at_stops(sel, m), abs=1e-6)
+    assert at_stops(fitted["f1"], "f1") >= at_stops(fitted["em"], "f1") - 1e-9
+    with pytest.raises(UserError, match="fit_metric"):
+        parse_selector("confidence:8,fit_metric=bert_f1").max_depth  # not scored per answer cell
+
+
 def _run(*args):
     return subprocess.run([sys.executable, "-m", "pipeline.run", *map(str, args)], cwd=ROOT, capture_output=True, text=True,
                           timeout=900)

@@ -2,6 +2,7 @@
 WordPiece tokenizer): prompts, prefix reuse, the generation cache, and the reader through pipeline.run,
 pipeline.sweep, the Python API and a plugin registered by entry point only."""
 
+import csv
 import json
 import subprocess
 import sys
@@ -198,6 +199,25 @@ def test_sweep_with_a_few_shot_base_model(tiny, tmp_path):
     assert set(level["info"]["closed_book"]) >= {"em", "f1", "has_answer", "prompt_tokens"}
     cost = (out / "cost.csv").read_text()
     assert "mean_prompt_tokens" in cost.splitlines()[0] and "token_saving" in cost.splitlines()[0]
+    # judged by has answer instead of EM: the same levels (from disk), best n, regret and savings on has_answer
+    judged = _run(*(cmd[:-2] + ["--objective", "has_answer", "--bootstrap", "50", "--out", str(out)]))
+    assert judged.returncode == 0, judged.stderr[-2000:]
+    assert all(info.get("resumed") for info in json.loads((out / "manifest.json").read_text())["levels"].values())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["objective"] == "has_answer" and "has answer" in summary["regret"]["definition"]
+    with open(out / "summary.csv") as f:
+        rows = {r["system"]: r for r in csv.DictReader(f)}
+    value = {name: float(r["has_answer_mean"]) for name, r in rows.items()}
+    best = max(v for name, v in value.items() if name != "oracle")
+    for name, info in summary["regret"]["systems"].items():  # one corpus size: regret = best minus its own
+        assert info["mean"] == pytest.approx(best - value[name], abs=1e-6), name
+    assert summary["best_n"]["2067"]["has_answer"] == pytest.approx(max(value["top:1"], value["top:2"]), abs=1e-6)
+    with open(out / "cost.csv") as f:
+        header = next(csv.reader(f))
+    assert {"has_answer", "has_answer_ci_low", "has_answer_ci_high"} <= set(header)
+    assert all("has_answer_ci_low" in r for r in rows.values())
+    report = _run("pipeline.sweep_report", str(out), "--n", "1,2")
+    assert report.returncode == 0 and "regret, has answer points" in report.stdout, report.stderr[-2000:]
     same_split = _run(*(cmd[:-2] + ["--train-split", "dev", "--out", str(tmp_path / "bad")]))
     assert same_split.returncode != 0 and "evaluated split" in same_split.stderr
 

@@ -408,6 +408,7 @@ def test_cli_bad_flags_fail_with_one_line(tmp_path):
         (["--n", "0-3"], "--n"),
         (["--seeds", "x"], "--seeds"),
         (["--thetas", "2"], "--thetas"),
+        (["--objective", "has_answer"], "--objective"),  # not among --metrics (em,f1,bert_f1 by default)
         (["--corpus-sizes", "x0.5", "--limit", "2"], "--corpus-sizes"),  # found after the output directory is made
     ):
         out = tmp_path / "out"
