@@ -39,13 +39,20 @@ def chain_kills(matrix):
     done: dict[str, Kill] = {}
 
     def run(chains):
-        for chain in chains:
+        pending = list(chains)
+        while pending:
+            chain = pending.pop(0)
             kills = matrix.run_plan(chain, SEED)
             for kill in kills:
-                # a kill placed by time lands after a short stage when this run is faster than the reference was:
-                # that stage is then killed on its own (drawn again, earlier), not counted as a failure to resume
-                if kill.inside is False and not kill.error:
+                # a kill placed by time lands after a short stage when this run is faster than the reference was,
+                # or the run passes a stage of milliseconds between two polls: that stage is then killed on its
+                # own (drawn again, earlier), not counted as a failure to resume; the chain goes on after it
+                missed = (kill.error or "").startswith(f"RuntimeError: the run ended (exit 0) before {kill.stage}")
+                if (kill.inside is False and not kill.error) or missed:
                     kill = matrix.kill_once(kill.stage, SEED, 1)
+                    rest = chain[chain.index(kill.stage) + 1:]
+                    if missed and rest:
+                        pending.insert(0, rest)
                 done[kill.stage] = kill
 
     with ThreadPoolExecutor(2) as pool:
