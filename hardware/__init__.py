@@ -75,3 +75,28 @@ def describe() -> dict:
         "native_bf16": cpu_has_native_bf16(),
         "cores": available_cores(),
     }
+
+
+@functools.lru_cache(maxsize=1)
+def _libc_trim():
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to hand back this way
+        return None
+
+
+def release_heap() -> None:
+    """Hand the heap's freed memory back to the OS (glibc ``malloc_trim``; elsewhere nothing).
+
+    Work whose tensors change shape from batch to batch (generation over prompts of every length) frees
+    memory glibc keeps in its heap, fragmented, instead of returning: a process's RSS then grows batch after
+    batch although nothing stays alive (the position experiment's 2,364 prompts reached 10 GB). Trimming
+    after each batch keeps RSS at the model plus one batch; it costs milliseconds.
+    """
+    trim = _libc_trim()
+    if trim is not None:
+        trim(0)

@@ -49,9 +49,6 @@ def load_summary(out: str | Path) -> tuple[dict, dict[tuple[int, str], dict]]:
     return migrate(summary, rows)
 
 
-PERCENT_COLUMNS = ("em_mean", "em_std", "em_ci_low", "em_ci_high", "f1_mean", "f1_std")
-
-
 def migrate(summary: dict, rows: dict) -> tuple[dict, dict]:
     """Bring a sweep written before ``"scale": "fraction"`` (EM, F1 and regret in percent) to fractions.
 
@@ -60,6 +57,8 @@ def migrate(summary: dict, rows: dict) -> tuple[dict, dict]:
     """
     if summary.get("scale") == "fraction":
         return summary, rows
+    from pipeline.tradeoff_sweep import PERCENT_COLUMNS
+
     pct = lambda v: float(v) / 100.0  # noqa: E731
     rows = {key: {k: (pct(v) if k in PERCENT_COLUMNS and v not in ("", None) else v) for k, v in row.items()}
             for key, row in rows.items()}

@@ -477,6 +477,7 @@ class GenerativeReader:
             if cache is not None:
                 cache.add(new)
             results.update(new)
+            hardware.release_heap()  # batches of every shape: freed memory back to the OS, not a growing heap
             if bar is not None:
                 bar.update(len(group))
         if bar is not None:
@@ -523,6 +524,7 @@ class GenerativeReader:
                 row["seconds"] = round(share, 6)
             if cache is not None:
                 cache.add(new)
+            hardware.release_heap()
             if bar is not None:
                 bar.update(1)
         if bar is not None:
