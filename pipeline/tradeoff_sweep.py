@@ -667,9 +667,11 @@ def level_means(r: LevelResult, weights: np.ndarray, objective: str = "em") -> d
     def at_systems(per_n: np.ndarray) -> np.ndarray:  # [Q, N] per n -> [Q, N + M]: the selectors' n appended
         return np.concatenate([per_n, np.take_along_axis(per_n, columns(r.sys_n), axis=1)], axis=1)
 
-    lo, hi = percentile_interval(bootstrap_means(system_table(r, objective), weights))
+    judged = system_table(r, objective)
+    lo, hi = percentile_interval(bootstrap_means(judged, weights))
+    em_t = judged if objective == "em" else system_table(r, "em")
     metrics = {
-        "em": np.nanmean(system_table(r, "em"), axis=0),  # fractions in [0, 1] (percent before SWEEP_SCALE)
+        "em": np.nanmean(em_t, axis=0),  # fractions in [0, 1] (percent before SWEEP_SCALE)
         "f1": np.nanmean(system_table(r, "f1"), axis=0),
         "mean_n": system_n(r).mean(axis=0),
         "answer_recall": at_systems(np.logical_or.accumulate(r.bearing, axis=1)).mean(axis=0),
