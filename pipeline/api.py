@@ -200,7 +200,7 @@ def make_reader(model: str, *, device: str = DEFAULT_DEVICE, threads: int | None
     """A reader by spec (``PATH`` or alias: extractive; ``generative:MODEL[opts]``: a language model;
     :mod:`readers.registry`), loaded; ``settings`` as
     :class:`pipeline.config.ReaderConfig`: ``max_length``, ``stride``, ``max_answer_tokens``, ``batch_size``,
-    ``token_budget``, ``dtype`` shape the reader; ``read_unit``, ``mu`` and ``read_cache`` become its defaults for
+    ``token_budget``, ``dtype``, ``backend`` (extractive: ``auto``, ``torch``, ``openvino``) shape the reader; ``read_unit``, ``mu`` and ``read_cache`` become its defaults for
     :func:`read`, :func:`select` and :func:`fit_selector` (their ``unit``, ``mu``, ``cache_dir``).  Any other
     keyword, or a bad value, is one error line naming it."""
     from pipeline.config import ReaderConfig

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -36,6 +37,7 @@ from data.errors import UserError
 TextField = Literal["sentence", "sentence+context", "context"]
 ReadUnit = Literal["sentence", "paragraph"]
 ReaderDtype = Literal["auto", "float32", "bfloat16", "float16", "int8"]
+ReaderBackend = Literal["auto", "torch", "openvino"]
 
 
 def setting(default: Any = None, flag: str | None = None, help: str = "", *, volatile: bool = False,
@@ -216,6 +218,11 @@ class ReaderConfig(Section):
     dtype: ReaderDtype = setting("auto", "--reader-dtype", "reader precision: auto (bf16/fp16 autocast on CUDA; on the CPU"
                                  " bf16 where it has native bf16, else float32), float32, bfloat16, float16, int8 (CPU: the checkpoint"
                                  " quantized once and cached, its answers checked against float32 on SQuAD train; only when asked)")
+    backend: ReaderBackend = setting(os.environ.get("QA_READER_BACKEND") or "auto", "--reader-backend",
+                                     "what runs the extractive reader on the CPU in float32/bf16: auto (OpenVINO where,"
+                                     " on this CPU, it read SQuAD train check questions faster than torch with answers"
+                                     " agreeing with torch float32's; measured once, cached), torch, openvino"
+                                     " (default: $QA_READER_BACKEND, else auto)")
     mu: float = setting(1.0, "--mu", "BERTserini interpolation: (1-mu)*retriever + mu*reader", ge=0, le=1)
     read_cache: Optional[str] = setting(None, "--read-cache", "directory of cached reads (default: <out>/reads)", volatile=True)
 
@@ -246,6 +253,8 @@ class ReaderConfig(Section):
             if self.dtype == "int8":
                 raise ValueError("--reader-dtype int8 is the extractive reader's OpenVINO path; a generative reader takes"
                                  " auto, float32, bfloat16 or float16")
+            if self.backend == "openvino":
+                raise ValueError("--reader-backend openvino is the extractive reader's; a generative reader runs on torch")
         return self
 
     @model_validator(mode="after")

@@ -292,6 +292,9 @@ class RayEngine:
             if reader.dtype == "auto":
                 reader.dtype = "bfloat16"
             reader.device = "cpu"
+            reader.backend = "torch"  # CUDA actors read with torch; the driver's keys must say so
+        elif getattr(reader, "backend", "torch") == "auto":  # decided once here, so every actor reads as the keys say
+            reader.backend = reader.resolved_backend()
 
     def _actor_reader_params(self, reader) -> dict[str, Any]:
         from readers.extractive import ExtractiveReader

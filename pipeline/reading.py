@@ -37,7 +37,7 @@ def make_reader(reader: ReaderConfig, *, device: str = "auto", threads: int | No
                 "max_batch_tokens": reader.token_budget}
     if reader.kind == "extractive":
         settings.update(max_length=reader.max_length, stride=reader.stride, max_answer_tokens=reader.max_answer_tokens,
-                        pairs_per_chunk=pairs_per_chunk or default_shard_rows())
+                        pairs_per_chunk=pairs_per_chunk or default_shard_rows(), backend=reader.backend)
     return build(reader.model, reader.options, **settings)
 
 

@@ -34,6 +34,7 @@ import hardware
 from data.errors import UserError
 from data.io import atomic_path, cache_dir, sha256_text, warn
 from hardware.device import attention_kernels, auto_device, is_device_name
+from readers.openvino_backend import BACKENDS
 from readers.spans import best_spans, context_mask
 
 ALIASES: dict[str, str] = {
@@ -297,6 +298,11 @@ class ExtractiveReader:
         (CPU only: the checkpoint quantized once per checkpoint and cached, see
         :mod:`readers.int8`; never chosen by ``"auto"``).
     int8_recipe: how the int8 model is built (:class:`readers.int8.Int8Recipe`; default when None).
+    backend: what runs the model on the CPU in float32 or bf16: ``"torch"``, ``"openvino"`` (converted once per
+        checkpoint and precision, cached; see :mod:`readers.openvino_backend`) or ``"auto"`` (OpenVINO where, on
+        this CPU and at this precision, it read the SQuAD train check sample faster than torch with its answers
+        agreeing with torch float32's; else torch).  CUDA and float16 read with torch; int8 is its own OpenVINO
+        model whatever the backend.
     num_threads: CPU threads for torch (default: the cores this process may use).
     pairs_per_chunk: pairs tokenized together; each chunk's reads are added to
         the cache as soon as they are done.
@@ -321,6 +327,7 @@ class ExtractiveReader:
         pairs_per_chunk: int = 4096,
         progress: bool = True,
         int8_recipe=None,
+        backend: str = "torch",
     ):
         self.model = model
         self.max_length = max_length
@@ -335,6 +342,7 @@ class ExtractiveReader:
         self.pairs_per_chunk = pairs_per_chunk
         self.progress = progress
         self.int8_recipe = int8_recipe
+        self.backend = backend
 
     # ------------------------------------------------------------------ setup
     @property
@@ -359,6 +367,8 @@ class ExtractiveReader:
             raise UserError(f"reader dtype={self.dtype!r}: expected one of {', '.join(_DTYPES)}")
         if not is_device_name(self.device):
             raise UserError(f"reader device={self.device!r}: expected auto, cpu, cuda or cuda:<index>")
+        if self.backend not in BACKENDS:
+            raise UserError(f"reader backend={self.backend!r}: expected one of {', '.join(BACKENDS)}")
 
     def _resolve_device_dtype(self):
         import torch
@@ -384,6 +394,23 @@ class ExtractiveReader:
             dtype = self.dtype
         return dev, dtype
 
+    def _backend_asked(self, device: str, dtype: str) -> str:
+        """What ``backend`` means for a reader on ``device`` at ``dtype``: ``torch``, ``openvino`` or ``auto`` (the
+        choice measured on this CPU); int8 is its own OpenVINO model (:mod:`readers.int8`)."""
+        if dtype == "int8":
+            return "int8"
+        if self.backend == "torch":
+            return "torch"
+        if device.startswith("cuda") or dtype == "float16":
+            if self.backend == "openvino":
+                raise UserError(f"reader backend=openvino reads float32 or bfloat16 on the CPU; not {dtype} on {device}")
+            return "torch"
+        if not _installed("openvino"):
+            if self.backend == "openvino":
+                raise UserError("reader backend=openvino needs OpenVINO: pip install 'qa-retrieval-eval[int8]'")
+            return "torch"
+        return self.backend
+
     def batch_shape(self, device: str) -> tuple[int, int | None]:
         """(most windows, most padded tokens) per forward pass on ``device``: the set values, else the device's defaults."""
         on_cpu = not str(device).startswith("cuda")
@@ -401,9 +428,13 @@ class ExtractiveReader:
         facts = {"reader_batch_size": windows, "reader_max_batch_tokens": tokens}
         if loaded:
             facts["reader_dtype"] = self.dtype_
-            int8_info = getattr(self.model_, "info", None)
-            if isinstance(int8_info, dict) and int8_info:
-                facts["reader_int8"] = {k: v for k, v in int8_info.items() if k not in ("weights_bytes", "weights_crc32")}
+            facts["reader_backend"] = self.backend_
+            info = getattr(self, "openvino_info_", None)
+            if self.dtype_ == "int8":
+                info = getattr(self.model_, "info", None)
+            if isinstance(info, dict) and info:
+                key = "reader_int8" if self.dtype_ == "int8" else "reader_openvino"
+                facts[key] = {k: v for k, v in info.items() if k not in ("weights_bytes", "weights_crc32")}
         return facts
 
     def _resolve_source(self) -> tuple[str, str | None, Path]:
@@ -455,13 +486,52 @@ class ExtractiveReader:
                 repr(self.int8_recipe))
 
     def _model_settings(self) -> tuple:
-        return (self._label, self.dtype, str(self.device), repr(self.int8_recipe))
+        return (self._label, self.dtype, str(self.device), repr(self.int8_recipe), self.backend)
 
     def identity(self) -> str:
-        """Model identity + every parameter that changes a read (the cache-key prefix).
+        """Model identity + every parameter that changes a read (the cache-key prefix): torch reads keep the
+        keys they always had; OpenVINO float reads are keyed apart, by its version (with ``backend="auto"`` the
+        choice recorded for this CPU decides, made first, loading the model, when none is recorded)."""
+        base = self._base_identity()
+        _, dtype = self._resolve_device_dtype()
+        if self.resolved_backend() == "openvino" and dtype != "int8":
+            import openvino
 
-        Recomputed when a parameter it depends on is changed after first use.
-        """
+            return sha256_text(base, "backend:openvino", openvino.__version__)
+        return base
+
+    def resolved_backend(self) -> str:
+        """``torch`` or ``openvino``: what reads (int8 reads on OpenVINO).  ``backend="auto"`` takes the choice
+        recorded for this checkpoint, precision and CPU; ``"openvino"`` falls back to torch where the checkpoint
+        could not be converted; when nothing is recorded yet, the model is loaded and the choice made now."""
+        if getattr(self, "model_", None) is not None and self._loaded_for_ == self._model_settings():
+            return self.backend_
+        device, dtype = self._resolve_device_dtype()
+        asked = self._backend_asked(device, dtype)
+        if asked in ("torch", "int8"):
+            return "openvino" if asked == "int8" else "torch"
+        recorded = self._recorded_entry(dtype)
+        if recorded is None:
+            return self.load().backend_
+        if asked == "openvino":
+            return "openvino" if "weights_bytes" in recorded else "torch"
+        return recorded.get("chosen", "torch")
+
+    def _recorded_entry(self, dtype: str) -> dict | None:
+        """The cached OpenVINO entry's info for this checkpoint, precision and CPU (None when none is built yet)."""
+        from readers import openvino_backend as ovb
+
+        recipe = ovb.FloatRecipe(precision=dtype)
+        _, digest = ovb.validation_source(recipe)
+        entry = cache_dir("reader-openvino") / ovb.entry_key(self._base_identity(), recipe, digest)
+        try:
+            info = json.loads((entry / "info.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return info if isinstance(info, dict) else None
+
+    def _base_identity(self) -> str:
+        """The checkpoint and every parameter that changes a read, the backend left out."""
         if getattr(self, "_identity_for_", None) != self._settings():
             self._check_params()
             source, revision, local = self._resolve_source()
@@ -490,9 +560,10 @@ class ExtractiveReader:
         import torch
         from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-        self.identity()
+        self._base_identity()
         source, revision = self._source_
         device, dtype = self._resolve_device_dtype()
+        asked = self._backend_asked(device, dtype)
         if device == "cpu":
             torch.set_num_threads(int(self.num_threads or hardware.available_cores()))
         try:
@@ -513,8 +584,20 @@ class ExtractiveReader:
             )
         model.eval().to(device)
         self.tokenizer_ = tokenizer
+        backend, self.openvino_info_ = "torch", None
         if dtype == "int8":
-            model = self._int8_model(model)
+            model, backend = self._int8_model(model), "openvino"
+        elif asked in ("openvino", "auto"):
+            converted, info = self._openvino_model(model, dtype)
+            self.openvino_info_ = info
+            if converted is not None and (asked == "openvino" or info.get("chosen") == "openvino"):
+                model, backend = converted, "openvino"
+                if asked == "openvino" and info.get("chosen") != "openvino" and info.get("reason"):
+                    print(f"note: reader backend openvino for '{self._label}' as asked; auto would read with torch: "
+                          f"{info['reason']}", file=sys.stderr)
+            elif asked == "openvino":
+                print(f"note: reader backend openvino: {info.get('reason', 'not available')}; reading with torch",
+                      file=sys.stderr)
         if device == "cpu" and dtype == "bfloat16" and not hardware.cpu_has_native_bf16():
             warn(f"reader dtype bfloat16 on a CPU without native bf16 ({hardware.cpu_model()}): emulated, "
                  f"several times slower than float32")
@@ -522,6 +605,7 @@ class ExtractiveReader:
         self.model_ = model
         self.device_ = device
         self.dtype_ = dtype
+        self.backend_ = backend
         self.context_first_ = tokenizer.padding_side == "left"  # e.g. XLNet: passage, then question
         self._loaded_for_ = self._model_settings()
         return self
@@ -533,8 +617,7 @@ class ExtractiveReader:
 
     def _int8_model(self, torch_model):
         """The int8 model of this checkpoint (:mod:`readers.int8`), from the cache or built there now."""
-        import copy
-
+        
         from readers import int8
 
         try:
@@ -546,11 +629,7 @@ class ExtractiveReader:
         recipe = self._int8_recipe().check()
         validation_file, digest = int8.validation_source(recipe)
         threads = int(self.num_threads or hardware.available_cores())
-        reader = copy.copy(self)  # reads the validation sample with either model, float32 around it
-        reader.dtype, reader.progress, reader.model_ = "float32", False, torch_model
-        reader.device_, reader.dtype_ = "cpu", "float32"
-        reader.context_first_ = self.tokenizer_.padding_side == "left"
-        reader._loaded_for_ = reader._model_settings()
+        reader = self._checking_copy(torch_model)  # reads the validation sample with either model, float32 around it
 
         def read_answers(model, pairs):
             reader.model_, reader.dtype_ = model, "float32" if model is torch_model else "int8"
@@ -559,16 +638,58 @@ class ExtractiveReader:
             finally:
                 reader.model_, reader.dtype_ = torch_model, "float32"
 
-        key = int8.entry_key(self.identity(), recipe, digest)
+        key = int8.entry_key(self._base_identity(), recipe, digest)
         if self.progress and not (cache_dir("reader-int8") / key).is_dir():
             print(f"note: building the int8 reader of '{self._label}' once (weights to int8, then "
                   f"{recipe.validation_questions if validation_file else 0} held-out SQuAD train questions read in "
                   f"float32 and int8), cached for later runs",
                   file=sys.stderr)
-        example = self.tokenizer_(["Which model reads?"] * 2, ["The int8 reader reads this passage."] * 2,
+        return int8.load_or_build(key, torch_model, self._example_inputs(), read_answers, validation_file, recipe,
+                                  threads, self._label)
+
+    def _openvino_model(self, torch_model, dtype: str):
+        """``(OpenVINO model or None, info)``: this checkpoint converted for ``dtype`` and the backend choice measured
+        on this CPU (:mod:`readers.openvino_backend`), from the cache or built there now."""
+        from readers import openvino_backend as ovb
+
+        recipe = ovb.FloatRecipe(precision=dtype)
+        validation_file, digest = ovb.validation_source(recipe)
+        key = ovb.entry_key(self._base_identity(), recipe, digest)
+        if self.progress and not (cache_dir("reader-openvino") / key).is_dir():
+            print(f"note: converting '{self._label}' to OpenVINO {dtype} once and timing it against torch on "
+                  f"{recipe.validation_questions if validation_file else 0} held-out SQuAD train questions; cached "
+                  f"for later runs", file=sys.stderr)
+        reader = self._checking_copy(torch_model)
+
+        def read(model, precision, pairs):
+            reader.model_, reader.dtype_ = model, precision
+            reader.backend_ = "torch" if model is torch_model else "openvino"
+            try:
+                return reader.read_pairs([q for q, _ in pairs], [p for _, p in pairs]).text
+            finally:
+                reader.model_, reader.dtype_, reader.backend_ = torch_model, "float32", "torch"
+
+        threads = int(self.num_threads or hardware.available_cores())
+        return ovb.load_or_build_float(key, torch_model, self._example_inputs(), read, validation_file, recipe,
+                                       threads, self._label)
+
+    def _checking_copy(self, torch_model) -> "ExtractiveReader":
+        """A copy of this reader holding ``torch_model`` in float32 on the CPU, without progress bars: it reads a
+        check sample with whichever model it is handed."""
+        import copy
+
+        reader = copy.copy(self)
+        reader.dtype, reader.progress, reader.model_, reader.backend = "float32", False, torch_model, "torch"
+        reader.device_, reader.dtype_, reader.backend_ = "cpu", "float32", "torch"
+        reader.context_first_ = self.tokenizer_.padding_side == "left"
+        reader._loaded_for_ = reader._model_settings()
+        return reader
+
+    def _example_inputs(self) -> dict:
+        """One small batch of model inputs (numpy int64) to trace the checkpoint with."""
+        example = self.tokenizer_(["Which model reads?"] * 2, ["The converted reader reads this passage."] * 2,
                                   return_tensors="np")
-        example = {k: np.asarray(v, dtype=np.int64) for k, v in example.items() if k in self.tokenizer_.model_input_names}
-        return int8.load_or_build(key, torch_model, example, read_answers, validation_file, recipe, threads, self._label)
+        return {k: np.asarray(v, dtype=np.int64) for k, v in example.items() if k in self.tokenizer_.model_input_names}
 
     # ------------------------------------------------------------------ keys
     def pair_keys(self, questions: list[str], passages: list[str]) -> list[str]:
@@ -638,7 +759,7 @@ class ExtractiveReader:
             bar.total = (bar.total or 0) + n_windows
             bar.refresh()
         device = self.device_
-        use_autocast = self.dtype_ not in ("float32", "int8")
+        use_autocast = self.backend_ == "torch" and self.dtype_ not in ("float32", "int8")
         amp_dtype = getattr(torch, self.dtype_) if use_autocast else torch.float32
         multiple = CPU_AUTOCAST_SPAN_MULTIPLE if use_autocast and device == "cpu" else 1
         with torch.inference_mode():
@@ -763,6 +884,12 @@ def _as_texts(values, name: str) -> list[str]:
 
 
 _DIR_HASHES: dict[tuple, str] = {}
+
+
+def _installed(package: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(package) is not None
 
 
 def _dir_content_hash(directory: Path) -> str:

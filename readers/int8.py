@@ -39,10 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
 import sys
-import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -50,7 +47,18 @@ from typing import Callable
 import numpy as np
 
 from data.errors import UserError
-from data.io import cache_dir, discard_directory, entry_lock, os_reason, sha256_text, warn
+from data.io import sha256_text, warn
+from readers.openvino_backend import (  # noqa: F401 (QAOutput, validation_source: part of this module's interface)
+    DamagedEntry,
+    OpenVINOQAModel as Int8Model,
+    QAOutput,
+    cached_entry,
+    convert,
+    read_entry,
+    save_entry,
+    validation_sample,
+    validation_source,
+)
 
 RECIPE_FORMAT = "int8-openvino-wc-dq-v2"
 
@@ -97,58 +105,6 @@ class Int8Recipe:
         return self
 
 
-@dataclass
-class QAOutput:
-    """What the reader needs of a forward pass (the shape of a transformers QA model's output)."""
-
-    start_logits: object
-    end_logits: object
-
-
-class Int8Model:
-    """A compiled OpenVINO model, called like a transformers QA model: ``model(input_ids=..., attention_mask=...)``."""
-
-    def __init__(self, compiled, info: dict):
-        self.compiled = compiled
-        self.info = info
-        self._inputs = [port.get_any_name() for port in compiled.inputs]
-        self._request = compiled.create_infer_request()
-
-    def __call__(self, **inputs):
-        import torch
-
-        feed = {name: np.ascontiguousarray(inputs[name].numpy()) for name in self._inputs if name in inputs}
-        out = self._request.infer(feed)
-        start, end = out[self.compiled.outputs[0]], out[self.compiled.outputs[1]]
-        return QAOutput(torch.from_numpy(np.array(start)), torch.from_numpy(np.array(end)))
-
-
-def validation_source(recipe: Int8Recipe, data_dir=None) -> tuple[Path | None, str]:
-    """(the SQuAD train file the validation sample is drawn from, the sample's digest); ``(None, "none")`` when
-    there is none at hand or the recipe asks for no validation."""
-    from data.io import remembered_sha256_file
-    from data.locations import find_local
-    from data.squad import SQUAD_FILES
-
-    path = find_local(data_dir, SQUAD_FILES["train"]) if recipe.validation_questions else None
-    if path is None:
-        return None, "none"
-    return path, f"{remembered_sha256_file(path)}:{recipe.validation_questions}:{recipe.seed}"
-
-
-def validation_sample(path: Path | None, recipe: Int8Recipe):
-    """(pairs, gold answers): ``recipe.validation_questions`` (question, paragraph) pairs of the SQuAD train file
-    ``path``, drawn with ``recipe.seed`` (none without a file)."""
-    from data.squad import load_squad_json
-
-    if path is None:
-        return [], []
-    squad = load_squad_json(path)
-    qas = [(qa, par["context"]) for art in squad["data"] for par in art["paragraphs"] for qa in par["qas"]]
-    order = np.random.default_rng(recipe.seed).permutation(len(qas))[:recipe.validation_questions]
-    return [(qas[i][0]["question"], qas[i][1]) for i in order], [[a["text"] for a in qas[i][0]["answers"]] for i in order]
-
-
 def entry_key(reader_identity: str, recipe: Int8Recipe, sample_digest: str) -> str:
     import nncf
     import openvino
@@ -173,32 +129,15 @@ def load_or_build(
     ``validation_file``: the SQuAD train file of the validation sample (:func:`validation_source`; None: no validation);
     ``read_answers(model, pairs)`` reads pairs with a model (the torch model or a compiled one) and returns the answer texts.
     """
-    root = cache_dir("reader-int8")
-    entry = root / key
-    with entry_lock(entry, "int8 reader"):
-        if entry.is_dir():
-            try:
-                return _load(entry, recipe, threads)
-            except _DamagedEntry as err:
-                warn(f"{entry}: cached int8 reader is damaged ({err}); removed and rebuilt")
-                discard_directory(entry, "int8 reader")
-        staging = root / f".staging-{key}-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
-            staging.mkdir(parents=True)
-            _build(staging, torch_model, example_inputs, read_answers, validation_file, recipe, threads, label)
-            os.replace(staging, entry)
-        except OSError as err:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise UserError(f"{entry}: cannot write the int8 reader ({os_reason(err)})") from None
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        return _load(entry, recipe, threads)
 
+    def load(entry: Path) -> Int8Model:
+        info, model = read_entry(entry)
+        if model is None:
+            raise DamagedEntry("no model.xml")
+        return Int8Model(compile_model(model, recipe, threads), info)
 
-class _DamagedEntry(Exception):
-    pass
+    return cached_entry("reader-int8", key, "int8 reader", lambda staging: _build(
+        staging, torch_model, example_inputs, read_answers, validation_file, recipe, threads, label), load)
 
 
 def compile_model(model, recipe: Int8Recipe, threads: int):
@@ -210,20 +149,6 @@ def compile_model(model, recipe: Int8Recipe, threads: int):
         "INFERENCE_NUM_THREADS": int(threads), "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
         "INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": int(recipe.activation_group_size),
     })
-
-
-def convert(torch_model, example_inputs: dict, label: str = ""):
-    """The OpenVINO model of a torch QA model (one clear line when the checkpoint cannot be converted)."""
-    import openvino as ov
-    import torch
-
-    example = {k: torch.from_numpy(np.asarray(v)) for k, v in example_inputs.items()}
-    try:
-        return ov.convert_model(torch_model, example_input=example)
-    except Exception as err:  # the converter raises many types; the first line names what it could not trace
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise UserError(f"reader dtype int8: cannot convert '{label}' ({type(torch_model).__name__}) to OpenVINO: "
-                        f"{first}; read it in float32 or bfloat16") from None
 
 
 FFN_OUTPUT = r".*\.layer\.\d+\.(output\.dense|ffn\.lin2)\b.*"  # not attention.output.dense
@@ -258,25 +183,6 @@ def compress(model, recipe: Int8Recipe, label: str = ""):
         return nncf.compress_weights(model, mode=mode, ignored_scope=scope)
 
 
-def _load(entry: Path, recipe: Int8Recipe, threads: int) -> Int8Model:
-    import openvino as ov
-
-    try:
-        info = json.loads((entry / "info.json").read_text(encoding="utf-8"))
-        weights = (entry / "model.bin").read_bytes()
-    except (OSError, ValueError) as err:
-        raise _DamagedEntry(f"unreadable: {type(err).__name__}") from None
-    crc = zlib.crc32(weights)
-    if len(weights) != info.get("weights_bytes") or crc != info.get("weights_crc32"):
-        raise _DamagedEntry(f"model.bin has {len(weights)} bytes, CRC-32 {crc:08x}; its build recorded "
-                            f"{info.get('weights_bytes')} bytes, {info.get('weights_crc32', 0):08x}")
-    try:
-        model = ov.Core().read_model(str(entry / "model.xml"), str(entry / "model.bin"))
-    except RuntimeError as err:
-        raise _DamagedEntry(f"model.xml unreadable: {str(err).splitlines()[0][:120]}") from None
-    return Int8Model(compile_model(model, recipe, threads), info)
-
-
 def _build(staging: Path, torch_model, example_inputs, read_answers, validation_file, recipe: Int8Recipe,
            threads: int, label: str) -> None:
     import nncf
@@ -292,10 +198,7 @@ def _build(staging: Path, torch_model, example_inputs, read_answers, validation_
         "validation": _validate(Int8Model(compile_model(quantized, recipe, threads), {}), torch_model, read_answers,
                                 *validation_sample(validation_file, recipe), recipe, label),
     }
-    ov.save_model(quantized, str(staging / "model.xml"), compress_to_fp16=False)
-    weights = (staging / "model.bin").read_bytes()
-    info.update(weights_bytes=len(weights), weights_crc32=zlib.crc32(weights))
-    (staging / "info.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+    save_entry(staging, quantized, info)
 
 
 def _validate(model: Int8Model, torch_model, read_answers, validation, golds, recipe: Int8Recipe, label: str) -> dict:
