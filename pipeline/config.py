@@ -38,6 +38,7 @@ TextField = Literal["sentence", "sentence+context", "context"]
 ReadUnit = Literal["sentence", "paragraph"]
 ReaderDtype = Literal["auto", "float32", "bfloat16", "float16", "int8"]
 ReaderBackend = Literal["auto", "torch", "openvino"]
+EncoderBackend = Literal["auto", "torch", "openvino"]
 
 
 def setting(default: Any = None, flag: str | None = None, help: str = "", *, volatile: bool = False,
@@ -143,6 +144,11 @@ class DenseConfig(Section):
                                             " per member of a fused spec: dense:MODEL[query_prompt=...,passage_prompt=...]")
     token_budget: Optional[int] = setting(None, "--encoder-token-budget", "padded tokens per encoder batch (default: 2048 on the"
                                           " CPU, 16384 on CUDA; halved on CUDA out-of-memory)", volatile=True, ge=1)
+    backend: EncoderBackend = setting(os.environ.get("QA_ENCODER_BACKEND") or "auto", "--encoder-backend",
+                                      "what runs a sentence-transformers encoder on the CPU: auto (OpenVINO float32 or bf16"
+                                      " where, on this CPU, it encoded SQuAD train check texts faster than torch with every"
+                                      " vector within cosine 0.999 of torch's; measured once, cached), torch, openvino"
+                                      " (default: $QA_ENCODER_BACKEND, else auto)")
 
     @field_validator("refine")
     @classmethod

@@ -177,6 +177,8 @@ class RayEngine:
         """The retriever with its BM25/dense parts (also the members of fused ones) on Ray."""
         on_ray = ON_RAY.get(type(retriever))  # exactly these classes: a subclass may change what search does
         if on_ray is not None:
+            if self.gpus_per_actor > 0 and getattr(retriever, "backend", "torch") != "torch":
+                retriever.backend = "torch"  # CUDA actors encode with torch; the embeddings' key must say so
             return _rebuild(on_ray, retriever, engine=self)
         members = members_of(retriever)
         if members:
@@ -191,8 +193,11 @@ class RayEngine:
         from data.progress import tqdm  # a line every 30 s when stderr is not a terminal
 
         items = [{"lo": lo, "hi": hi, "texts": list(texts[lo:hi])} for lo, hi in ranges]
+        spec = retriever.encoder_spec()
+        if spec["backend"] == "auto":  # decided once, by the driver: the actors encode as the embeddings' key says
+            spec["backend"] = retriever.encoder_backend()
         params = {
-            "encoder": retriever.encoder_spec(),
+            "encoder": spec,
             "device": self._actor_device(),
             "threads": self._threads(),
         }
@@ -445,3 +450,4 @@ def _raise_user_error(err: BaseException) -> None:
     for line in reversed(str(err).splitlines()):
         if line.startswith(marker):
             raise UserError(line[len(marker):]) from None
+

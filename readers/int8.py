@@ -48,17 +48,17 @@ import numpy as np
 
 from data.errors import UserError
 from data.io import sha256_text, warn
-from readers.openvino_backend import (  # noqa: F401 (QAOutput, validation_source: part of this module's interface)
+from hardware.openvino import (  # noqa: F401 (validation_source: part of this module's interface)
     DamagedEntry,
-    OpenVINOQAModel as Int8Model,
-    QAOutput,
     cached_entry,
+    compile_for_cpu,
     convert,
     read_entry,
     save_entry,
     validation_sample,
     validation_source,
 )
+from readers.openvino_backend import OpenVINOQAModel as Int8Model, QAOutput  # noqa: F401 (QAOutput: as before)
 
 RECIPE_FORMAT = "int8-openvino-wc-dq-v2"
 
@@ -143,12 +143,7 @@ def load_or_build(
 def compile_model(model, recipe: Int8Recipe, threads: int):
     """``model`` compiled for this CPU with the recipe's run-time settings (float parts in float32: OpenVINO would
     pick bf16 on CPUs that have it, and the recipe's agreement was measured in float32)."""
-    import openvino as ov
-
-    return ov.Core().compile_model(model, "CPU", {
-        "INFERENCE_NUM_THREADS": int(threads), "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
-        "INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": int(recipe.activation_group_size),
-    })
+    return compile_for_cpu(model, "float32", threads, recipe.activation_group_size)
 
 
 FFN_OUTPUT = r".*\.layer\.\d+\.(output\.dense|ffn\.lin2)\b.*"  # not attention.output.dense
@@ -188,7 +183,8 @@ def _build(staging: Path, torch_model, example_inputs, read_answers, validation_
     import nncf
     import openvino as ov
 
-    quantized = compress(convert(torch_model, example_inputs, label), recipe, label)
+    quantized = compress(convert(torch_model, example_inputs, label, what="reader dtype int8",
+                                 hint="; read it in float32 or bfloat16"), recipe, label)
     in_int8, in_float = _matmul_precisions(quantized)
     info = {
         "recipe": {"format": RECIPE_FORMAT, **asdict(recipe)},

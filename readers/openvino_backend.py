@@ -26,11 +26,8 @@ built).  Reads are cached apart per backend (:meth:`readers.extractive.Extractiv
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
 import time
-import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -38,13 +35,22 @@ from typing import Callable
 import numpy as np
 
 from data.errors import UserError
-from data.io import cache_dir, discard_directory, entry_lock, os_reason, sha256_text, warn
+from data.io import sha256_text
+from hardware.openvino import (  # noqa: F401 (validation_source: part of this module's interface)
+    cached_entry,
+    compile_for_cpu,
+    convert,
+    cpu_identity,
+    read_entry,
+    save_entry,
+    validation_sample,
+    validation_source,
+)
 
 BACKENDS = ("auto", "torch", "openvino")
 FORMAT = "openvino-float-v1"
 MIN_IDENTICAL = {"float32": 99.0, "bfloat16": 98.5}  # percent of answers equal to torch float32's
 MIN_SPEEDUP = 1.05  # OpenVINO must read the sample this much faster than torch to be chosen
-PRECISION_HINT = {"float32": "f32", "bfloat16": "bf16"}
 WARM_UP = 32  # pairs read by each backend before the timed reads
 
 
@@ -74,48 +80,6 @@ class OpenVINOQAModel:
         return QAOutput(torch.from_numpy(np.array(start)), torch.from_numpy(np.array(end)))
 
 
-def validation_source(recipe, data_dir=None) -> tuple[Path | None, str]:
-    """(the SQuAD train file the validation sample is drawn from, the sample's digest); ``(None, "none")`` when
-    there is none at hand or the recipe asks for no validation."""
-    from data.io import remembered_sha256_file
-    from data.locations import find_local
-    from data.squad import SQUAD_FILES
-
-    path = find_local(data_dir, SQUAD_FILES["train"]) if recipe.validation_questions else None
-    if path is None:
-        return None, "none"
-    return path, f"{remembered_sha256_file(path)}:{recipe.validation_questions}:{recipe.seed}"
-
-
-def validation_sample(path: Path | None, recipe):
-    """(pairs, gold answers): ``recipe.validation_questions`` (question, paragraph) pairs of the SQuAD train file
-    ``path``, drawn with ``recipe.seed`` (none without a file)."""
-    from data.squad import load_squad_json
-
-    if path is None:
-        return [], []
-    squad = load_squad_json(path)
-    qas = [(qa, par["context"]) for art in squad["data"] for par in art["paragraphs"] for qa in par["qas"]]
-    order = np.random.default_rng(recipe.seed).permutation(len(qas))[:recipe.validation_questions]
-    return [(qas[i][0]["question"], qas[i][1]) for i in order], [[a["text"] for a in qas[i][0]["answers"]] for i in order]
-
-
-def convert(torch_model, example_inputs: dict, label: str = "", what: str = "reader dtype int8",
-            hint: str = "; read it in float32 or bfloat16"):
-    """The OpenVINO model of a torch QA model (one clear line, ``what: cannot convert ...hint``, when the checkpoint
-    cannot be converted)."""
-    import openvino as ov
-    import torch
-
-    example = {k: torch.from_numpy(np.asarray(v)) for k, v in example_inputs.items()}
-    try:
-        return ov.convert_model(torch_model, example_input=example)
-    except Exception as err:  # the converter raises many types; the first line names what it could not trace
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise UserError(f"{what}: cannot convert '{label}' ({type(torch_model).__name__}) to OpenVINO: "
-                        f"{first}{hint}") from None
-
-
 @dataclass(frozen=True)
 class FloatRecipe:
     """How the OpenVINO float reader is checked (every field is part of the cache key).
@@ -135,95 +99,11 @@ class FloatRecipe:
         return MIN_IDENTICAL[self.precision]
 
 
-def cpu_identity() -> str:
-    """The CPU a measured choice belongs to: model name and the instruction-set flags that change a backend's speed."""
-    import hardware
-
-    return f"{hardware.cpu_model()}|{','.join(hardware.cpu_flags_of_interest())}"
-
-
 def entry_key(reader_identity: str, recipe: FloatRecipe, sample_digest: str) -> str:
     import openvino
 
     return sha256_text(FORMAT, reader_identity, json.dumps(asdict(recipe), sort_keys=True), sample_digest,
                        openvino.__version__, cpu_identity())[:32]
-
-
-def compile_float(model, precision: str, threads: int):
-    """``model`` compiled for this CPU at ``precision`` (``float32`` or ``bfloat16``)."""
-    import openvino as ov
-
-    return ov.Core().compile_model(model, "CPU", {
-        "INFERENCE_NUM_THREADS": int(threads), "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
-        "INFERENCE_PRECISION_HINT": PRECISION_HINT[precision], "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0,
-    })
-
-
-def cached_entry(root: str, key: str, what: str, build: Callable[[Path], None], load: Callable[[Path], object]):
-    """``load(entry)`` of the cache entry ``root/key``, built first by ``build(staging)`` when missing or damaged
-    (``load`` raises :class:`DamagedEntry` for a damaged one: removed, rebuilt, one warning line).  The entry
-    appears whole or not at all (built in a staging directory, then renamed), under a lock between processes."""
-    entry = cache_dir(root) / key
-    with entry_lock(entry, what):
-        if entry.is_dir():
-            try:
-                return load(entry)
-            except DamagedEntry as err:
-                warn(f"{entry}: cached {what} is damaged ({err}); removed and rebuilt")
-                discard_directory(entry, what)
-        staging = entry.parent / f".staging-{key}-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
-            staging.mkdir(parents=True)
-            build(staging)
-            os.replace(staging, entry)
-        except OSError as err:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise UserError(f"{entry}: cannot write the {what} ({os_reason(err)})") from None
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        return load(entry)
-
-
-class DamagedEntry(Exception):
-    pass
-
-
-def read_entry(entry: Path) -> tuple[dict, object | None]:
-    """(info.json, the OpenVINO model or None when the entry holds none) of an entry, its weights' CRC-32 checked."""
-    import openvino as ov
-
-    try:
-        info = json.loads((entry / "info.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise DamagedEntry(f"info.json unreadable: {type(err).__name__}") from None
-    if not (entry / "model.xml").exists() and "weights_bytes" not in info:
-        return info, None
-    try:
-        weights = (entry / "model.bin").read_bytes()
-    except OSError as err:
-        raise DamagedEntry(f"model.bin unreadable: {type(err).__name__}") from None
-    crc = zlib.crc32(weights)
-    if len(weights) != info.get("weights_bytes") or crc != info.get("weights_crc32"):
-        raise DamagedEntry(f"model.bin has {len(weights)} bytes, CRC-32 {crc:08x}; its build recorded "
-                           f"{info.get('weights_bytes')} bytes, {info.get('weights_crc32', 0):08x}")
-    try:
-        model = ov.Core().read_model(str(entry / "model.xml"), str(entry / "model.bin"))
-    except RuntimeError as err:
-        raise DamagedEntry(f"model.xml unreadable: {str(err).splitlines()[0][:120]}") from None
-    return info, model
-
-
-def save_entry(staging: Path, model, info: dict) -> None:
-    """Write ``model`` (when not None) and ``info`` into a staging directory, the weights' size and CRC-32 recorded."""
-    import openvino as ov
-
-    if model is not None:
-        ov.save_model(model, str(staging / "model.xml"), compress_to_fp16=False)
-        weights = (staging / "model.bin").read_bytes()
-        info = {**info, "weights_bytes": len(weights), "weights_crc32": zlib.crc32(weights)}
-    (staging / "info.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
 
 
 def load_or_build_float(key: str, torch_model, example_inputs: dict, read: Callable[[object, str, list], list[str]],
@@ -241,13 +121,13 @@ def load_or_build_float(key: str, torch_model, example_inputs: dict, read: Calla
         info = {"format": FORMAT, "recipe": asdict(recipe), "backend": {"openvino": ov.__version__},
                 "cpu": cpu_identity()}
         try:
-            model = convert(torch_model, example_inputs, label, what="reader backend openvino", hint="")
+            model = convert(torch_model, example_inputs, label, what="reader backend openvino")
         except UserError as err:
             reason = str(err)
             print(f"note: {reason}; reading with torch", file=sys.stderr)
             save_entry(staging, None, {**info, "chosen": "torch", "reason": reason})
             return
-        compiled = compile_float(model, recipe.precision, threads)
+        compiled = compile_for_cpu(model, recipe.precision, threads)
         pairs, _ = validation_sample(validation_file, recipe)
         check = measure(OpenVINOQAModel(compiled, {}), torch_model, read, pairs, recipe)
         info.update(check=check, chosen=check.pop("chosen"))
@@ -257,7 +137,7 @@ def load_or_build_float(key: str, torch_model, example_inputs: dict, read: Calla
 
     def load(entry: Path):
         info, model = read_entry(entry)
-        return None if model is None else OpenVINOQAModel(compile_float(model, recipe.precision, threads), info), info
+        return None if model is None else OpenVINOQAModel(compile_for_cpu(model, recipe.precision, threads), info), info
 
     return cached_entry("reader-openvino", key, "OpenVINO reader", build, load)
 

@@ -101,6 +101,7 @@ class DenseRetriever(RetrieverBase):
         index_dir: str | None = None,
         seed: int = 13,
         refine: float | None = None,
+        backend: str = "torch",
     ):
         self.model = model
         self.field = field
@@ -122,6 +123,7 @@ class DenseRetriever(RetrieverBase):
         self.index_dir = index_dir
         self.seed = seed
         self.refine = refine
+        self.backend = backend
 
     def facts(self) -> dict:
         """The encoder (once it encoded), the embedding shards computed and reused, the FAISS index searched."""
@@ -140,15 +142,22 @@ class DenseRetriever(RetrieverBase):
             "passage_prompt": self.passage_prompt if self.passage_prompt is not None else (self.passage_prefix or None),
             "token_budget": None if self.token_budget is None else int(self.token_budget),
             "options": tuple(sorted((self.encoder_options or {}).items())),
+            "backend": self.backend,
         }
 
     def _encoder(self):
         spec = self.encoder_spec()
         encoder = cached_encoder(spec["model"], resolve_device(self.search_device()), spec["query_prompt"],
-                                 spec["passage_prompt"], spec["token_budget"], spec["options"])
+                                 spec["passage_prompt"], spec["token_budget"], spec["options"], spec["backend"])
         if not hasattr(self, "encoder_info_"):
             self.encoder_info_ = encoder_info(encoder)  # what the manifest records
         return encoder
+
+    def encoder_backend(self) -> str:
+        """``torch`` or ``openvino``: what encodes (for ``backend="auto"`` the choice recorded for this CPU, measured
+        now when there is none); an encoder without backends is ``torch``."""
+        embedder = getattr(self._encoder(), "embedder", None)
+        return "openvino" if callable(embedder) and embedder() is not None else "torch"
 
     def _texts(self, corpus: Corpus) -> Sequence[str]:
         """What is encoded per corpus row (the encoder adds its passage prompt).

@@ -110,6 +110,7 @@ def encode_texts(
     show_progress: bool = True,
     prompt: str = "",
     exclude_prompt: bool = False,
+    embedder=None,
 ) -> np.ndarray:
     """Embed ``texts`` with a SentenceTransformer; returns float32 [N, D].
 
@@ -120,7 +121,8 @@ def encode_texts(
     first batch shows the peak memory), and packed into batches of at most
     ``token_budget`` padded tokens (default: :data:`CPU_TOKEN_BUDGET` on the CPU,
     :data:`CUDA_TOKEN_BUDGET` on CUDA).  A batch that runs out of CUDA memory is
-    halved and retried (:func:`hardware.device.run_in_batches`).
+    halved and retried (:func:`hardware.device.run_in_batches`).  ``embedder``: an OpenVINO model of ``model``
+    (:class:`retrievers.encoders.openvino.OpenVINOEmbedder`) that computes the embeddings instead of torch.
     """
     import torch
 
@@ -160,8 +162,11 @@ def encode_texts(
             feats = {k: v.to(device) for k, v in feats.items()}
             if prompt_length is not None:
                 feats["prompt_length"] = prompt_length
-            with attention_kernels(str(device)), torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
-                emb = model(feats)["sentence_embedding"]
+            if embedder is not None:
+                emb = torch.from_numpy(embedder({k: v.numpy() for k, v in feats.items() if k != "prompt_length"}))
+            else:
+                with attention_kernels(str(device)), torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
+                    emb = model(feats)["sentence_embedding"]
             emb = emb.float()
             if normalize:
                 emb = torch.nn.functional.normalize(emb, p=2, dim=1)

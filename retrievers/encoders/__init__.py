@@ -108,7 +108,7 @@ def encoder_factory(name: str) -> tuple[Callable[..., Any], str] | None:
         raise UserError(f"encoder {name!r}: entry point {ep.value} cannot be loaded ({type(e).__name__}: {e})") from None
 
 
-OPTIONAL_ARGUMENTS = ("model", "device", "token_budget")  # passed only to factories that take them
+OPTIONAL_ARGUMENTS = ("model", "device", "token_budget", "backend")  # passed only to factories that take them
 
 
 def _call_factory(name: str, factory: Callable[..., Any], options: Mapping[str, Any]):
@@ -138,6 +138,7 @@ def load_encoder(
     passage_prompt: str | None = None,
     token_budget: int | None = None,
     options: Mapping[str, Any] | None = None,
+    backend: str = "torch",
 ):
     """The encoder ``dense:MODEL`` names (see the module docstring), ready to encode.
 
@@ -151,7 +152,7 @@ def load_encoder(
     found = None if (not name or Path(name).exists()) else encoder_factory(name)
     if found is not None:
         factory, _ = found
-        kwargs = {"model": name, "device": device, "token_budget": token_budget, **options}
+        kwargs = {"model": name, "device": device, "token_budget": token_budget, "backend": backend, **options}
         for key, value in (("query_prompt", query_prompt), ("passage_prompt", passage_prompt)):
             if value is not None:  # an encoder that takes no prompts refuses one (never silently drops it)
                 kwargs[key] = value
@@ -168,7 +169,7 @@ def load_encoder(
 
     try:
         return SentenceTransformerEncoder(model, device=device, query_prompt=query_prompt, passage_prompt=passage_prompt,
-                                          token_budget=token_budget)
+                                          token_budget=token_budget, backend=backend)
     except UserError as e:
         if name and not Path(name).exists():  # maybe a misspelt encoder name
             raise UserError(f"{e}; encoder names: {', '.join(encoder_names())}") from None
@@ -176,10 +177,10 @@ def load_encoder(
 
 
 @lru_cache(maxsize=8)
-def cached_encoder(model, device, query_prompt, passage_prompt, token_budget, options: tuple = ()):
+def cached_encoder(model, device, query_prompt, passage_prompt, token_budget, options: tuple = (), backend: str = "torch"):
     """:func:`load_encoder` once per process and argument set (``options`` as sorted items)."""
     return load_encoder(model, device=device, query_prompt=query_prompt, passage_prompt=passage_prompt,
-                        token_budget=token_budget, options=dict(options))
+                        token_budget=token_budget, options=dict(options), backend=backend)
 
 
 def encoder_info(encoder) -> dict:
