@@ -193,9 +193,13 @@ class RetrieverConfig(Section):
 
         if v is None:
             return v
-        kind, _, _ = parse_rerank_spec(v)
-        RERANKERS.get(kind)
-        spec_depth(v, None)
+        try:
+            kind, _, _ = parse_rerank_spec(v)
+            RERANKERS.get(kind)
+            spec_depth(v, None)
+        except UserError as e:
+            message, prefix = str(e), f"rerank {v.strip()!r}: "
+            raise ValueError(message[len(prefix):] if message.startswith(prefix) else message) from None
         return v.strip()
 
     def rerank_options(self, device: str) -> dict:

@@ -161,7 +161,9 @@ def _prepare(config: RunConfig, engine, timer):
     out = make_out_dir(config.out, f"{config.data.dataset}-{config.data.split}-{config.retriever.spec}"
                        + (f"-{Path(model).name}" if model else ""))
     selector = parse_selector(config.selector) if model else None
-    stages.build_retriever(config.retriever.spec, retriever_options(config))
+    from retrievers.rerank import check_rerankers
+
+    check_rerankers(stages.build_retriever(config.retriever.spec, retriever_options(config)))
     reader = None
     if model:
         from pipeline.reading import make_reader

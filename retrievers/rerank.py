@@ -37,7 +37,7 @@ import numpy as np
 from data.errors import UserError
 from data.io import cache_dir as project_cache_dir
 from data.io import sha256_text
-from data.plugins import Registry, bracket_options, build
+from data.plugins import Registry, bracket_options, build, parameters
 from retrievers.base import Retriever, RetrieverBase
 from retrievers.types import Ranking
 
@@ -62,6 +62,8 @@ def parse_rerank_spec(spec: str) -> tuple[str, str, dict[str, str]]:
         return kind, model.strip(), options
     if not body.strip():
         raise UserError(f"rerank {spec!r}: no model before its options")
+    if colon and kind and "/" not in kind and "." not in kind and "\\" not in kind and not Path(body).expanduser().exists():
+        raise UserError(f"rerank {spec!r}: unknown reranker kind {kind!r} (known: {', '.join(RERANKERS.names())})")
     return DEFAULT_KIND, body.strip(), options
 
 
@@ -75,6 +77,10 @@ def make_scorer(spec: str, options: Mapping[str, Any] | None = None, **fixed: An
     factory = RERANKERS.get(kind)
     takes = inspect.signature(factory).parameters
     merged = {k: v for k, v in {**dict(options or {}), **spec_options}.items() if k != "depth"}
+    allowed = [n for n in parameters(factory) if n != "model"]
+    unknown = [k for k in merged if str(k).replace("-", "_") not in allowed]
+    if unknown:
+        raise UserError(f"rerank {spec!r}: unknown option {unknown[0]!r} (allowed: depth, {', '.join(allowed)})")
     fixed = {k: v for k, v in fixed.items() if k in takes and v is not None and k not in merged}
     return build(factory, merged, f"rerank {spec!r}", model=model, **fixed)
 
@@ -266,6 +272,15 @@ def rank_by(ids: np.ndarray, scores: np.ndarray, k: int) -> Ranking:
         out_ids = np.pad(out_ids, ((0, 0), (0, pad)), constant_values=-1)
         out_scores = np.pad(out_scores, ((0, 0), (0, pad)), constant_values=-np.inf)
     return Ranking(out_ids, out_scores)
+
+
+def check_rerankers(retriever: Any) -> None:
+    """Check the model of every re-ranking stage in ``retriever`` (its source, its head, its settings) before any
+    work: a bad ``--rerank`` is one line before data is read."""
+    for stage in rerankers_of(retriever):
+        identity = getattr(stage.scorer, "identity", None)
+        if callable(identity):
+            identity()
 
 
 def rerankers_of(retriever: Any) -> list[RerankRetriever]:
