@@ -202,8 +202,10 @@ def make_retriever(
 
 def _reranked(retriever: Retriever, rerank: Mapping[str, Any] | None) -> Retriever:
     """``retriever`` itself, or wrapped in the re-ranking stage ``rerank`` describes (when it names a spec)."""
-    if not rerank or not rerank.get("spec"):
+    if not rerank:
         return retriever
+    if not rerank.get("spec"):
+        raise UserError(f"rerank options {sorted(rerank)} without a spec: give rerank={{'spec': MODEL, ...}} (--rerank MODEL)")
     from retrievers.rerank import make_rerank_retriever
 
     return make_rerank_retriever(retriever, rerank)
