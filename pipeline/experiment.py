@@ -306,3 +306,6 @@ def check_environment(config: RunConfig) -> None:
     cache = config.reader.read_cache
     if cache and Path(cache).exists() and not Path(cache).is_dir():
         raise UserError(f"--read-cache {cache}: not a directory")
+    scores = config.retriever.rerank_cache
+    if scores and Path(scores).exists() and not Path(scores).is_dir():
+        raise UserError(f"--rerank-cache {scores}: not a directory")

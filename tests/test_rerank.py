@@ -186,6 +186,15 @@ def test_a_bad_spec_is_one_line(models, tmp_path, capsys, spec, needle):
     assert not out.exists()
 
 
+def test_a_score_cache_that_is_a_file_is_one_line(models, tmp_path, capsys):
+    (tmp_path / "scores").write_text("not a directory")
+    rc = run_cli("--limit", 3, "--depth", 5, "--rerank", models[0], "--rerank-cache", tmp_path / "scores",
+                 "--out", tmp_path / "run")
+    err = capsys.readouterr().err.strip()
+    assert rc != 0 and err == f"error: --rerank-cache {tmp_path / 'scores'}: not a directory"
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_reranker_plugin_works_through_the_command(plugin_package, tmp_path, capsys):
     from retrievers.rerank import RERANKERS
 
