@@ -283,6 +283,16 @@ def check_rerankers(retriever: Any) -> None:
             identity()
 
 
+def static_facts(retriever: Any) -> list[dict]:
+    """The facts of every re-ranking stage in ``retriever`` that do not depend on what it scored (spec, depth,
+    model identity, max length, precision...): what a sweep's manifest records once for all its levels."""
+    out = []
+    for stage in rerankers_of(retriever):
+        facts = stage.facts()["reranker"]
+        out.append({k: v for k, v in facts.items() if k not in ("pairs_scored", "pairs_reused")})
+    return out
+
+
 def rerankers_of(retriever: Any) -> list[RerankRetriever]:
     """The re-ranking stages in a retriever (itself or a member's), breadth first."""
     from retrievers.base import walk

@@ -284,3 +284,18 @@ def test_training_ranks_gold_above_negatives_more_often_than_the_initial_model(t
     # the trained model works as a --rerank model
     assert run_cli("--dataset", "reqa_squad", "--limit", 3, "--depth", 5, "--rerank", out,
                    "--rerank-cache", tmp_path / "scores", "--out", tmp_path / "run") == 0
+
+
+@pytest.mark.slow
+def test_the_sweep_reranks_and_records_the_reranker(models, tmp_path, capsys):
+    from pipeline.sweep import main
+    from tests.conftest import READER
+
+    out, scores = tmp_path / "sweep", tmp_path / "scores"
+    assert main(["--dataset", "squad_open", "--reader", str(READER), "--n", "1-3", "--corpus-sizes", "x1", "--limit", "6",
+                 "--thetas", "0.8", "--no-ordinal", "--no-plots", "--bootstrap", "20", "--rerank", str(models[0]),
+                 "--rerank-depth", "5", "--rerank-dtype", "float32", "--rerank-cache", str(scores),
+                 "--out", str(out)]) == 0, capsys.readouterr().err
+    facts = json.loads((out / "manifest.json").read_text())["rerankers"][0]
+    assert facts["depth"] == 5 and facts["dtype"] == "float32" and facts["model_identity"].startswith("dir:")
+    assert list(scores.glob("reads-*.npz")) and (out / "results.csv").is_file()
