@@ -62,6 +62,8 @@ def retriever_options(config, language: str = "en") -> dict:
     """Constructor options per retriever kind (``make_retriever``'s ``options``), with per-language settings
     (Thai: BM25 pre-tokenized with newmm)."""
     options = config.retriever.constructor_options(seed=getattr(config, "seed", None), device=config.device)
+    if options.get("rerank") and getattr(config, "threads", None):  # --threads reaches the cross-encoder as the reader
+        options["rerank"]["num_threads"] = config.threads
     if language == "th":
         from data.thai import thai_word_tokens
 

@@ -216,6 +216,7 @@ class RerankRetriever(RetrieverBase):
     def index(self, corpus) -> "RerankRetriever":
         self.first.index(corpus)
         self._texts = corpus.texts
+        self._size = len(corpus)
         return self
 
     def _cache(self) -> ScoreCache:
@@ -230,7 +231,7 @@ class RerankRetriever(RetrieverBase):
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise UserError(f"rerank search k must be >= 1 (got {k!r})")
         query_texts = list(query_texts)
-        first = self.first.search(query_texts, max(int(k), self.depth))
+        first = self.first.search(query_texts, max(int(k), min(self.depth, self._size)))  # a depth past the corpus asks no more
         self.first_stage = first.top(int(k))
         top = first.top(self.depth)
         where = np.argwhere(top.ids >= 0)
