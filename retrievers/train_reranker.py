@@ -91,6 +91,8 @@ def model_identity(source: str) -> str:
         if not (path / "config.json").is_file():
             raise UserError(f"--base {source}: {path / 'config.json'} is missing (not a transformers checkpoint)")
         return f"dir:{_dir_content_hash(path)}"
+    if source.startswith((".", "/", "~")) or source.count("/") > 1 or "\\" in source:
+        raise UserError(f"--base {source}: no such directory")
     return f"hub:{source}"
 
 
@@ -193,14 +195,19 @@ def initial_model(source: str, seed: int):
     """The model training starts from: ``source``'s encoder under a new one-logit head, initialised from ``seed``
     (the same seed gives the same head)."""
     from transformers import AutoModelForSequenceClassification, set_seed
+    from transformers.utils import logging as hf_logging
 
     set_seed(seed)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the new head is meant to be missing from an encoder checkpoint: no report of it
     try:
         return AutoModelForSequenceClassification.from_pretrained(source, num_labels=1,
                                                                   problem_type="multi_label_classification")
     except Exception as e:
         raise UserError(f"--base {source}: cannot load as a sequence classifier "
                         f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 def load_tokenizer(source: str):

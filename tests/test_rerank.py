@@ -252,13 +252,21 @@ def test_a_killed_scoring_resumes_with_identical_scores(models, tmp_path):
 
 
 # ------------------------------------------------------------------ training
-def test_training_refuses_an_evaluation_split(tmp_path, capsys):
+@pytest.mark.parametrize("args, needle", [
+    (["--split", "dev"], "--split dev is an evaluation split"),
+    (["--split", "test"], "evaluation split"),
+    (["--epochs", "0"], "--epochs 0.0: must be > 0"),
+    (["--negatives", "0"], "--negatives 0"),
+    (["--base", "/no/such/encoder"], "no such directory"),
+    (["--colour", "red"], "unrecognized arguments"),
+])
+def test_training_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, needle):
     from retrievers.train_reranker import main
 
-    assert main(["--split", "dev", "--limit", "8", "--out", str(tmp_path / "m")]) == 2
+    assert main([*args, "--limit", "8", "--out", str(tmp_path / "m")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and "evaluation split" in err and "\n" not in err
-    assert not (tmp_path / "m").exists()
+    assert err.startswith("error: ") and needle in err and "\n" not in err, err
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow
