@@ -147,6 +147,9 @@ class CrossEncoderScorer:
             self.labels_ = self._check_head(local)
             _, dtype = self._resolve_device_dtype()
             model_id = f"hub:{source}@{revision}" if revision is not None else f"dir:{_dir_content_hash(local)}"
+            if revision is None:  # the tokenizer's files too: the same weights read other tokens with another vocabulary
+                tokenizer = _tokenizer_hash(local)
+                model_id += f"+tokenizer:{tokenizer}" if tokenizer else ""
             self._source_ = (source, revision)
             self.model_identity_ = model_id
             self._identity_ = sha256_text("cross-encoder-v1", model_id,
@@ -259,3 +262,21 @@ class CrossEncoderScorer:
             if bar is not None:
                 bar.close()
         return out
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "merges.txt", "vocab.json",
+                   "special_tokens_map.json", "sentencepiece.bpe.model", "spiece.model")
+
+
+def _tokenizer_hash(directory: Path) -> str:
+    """sha256 over the tokenizer files of a checkpoint directory ('' when it has none)."""
+    import hashlib
+
+    h, found = hashlib.sha256(), False
+    for name in TOKENIZER_FILES:
+        path = directory / name
+        if path.is_file():
+            found = True
+            h.update(name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest() if found else ""

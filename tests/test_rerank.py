@@ -154,6 +154,18 @@ def test_cached_scores_never_cross_models(models, tmp_path, ds):
     assert len({a.identity(), scorer(models[0], max_length=64).identity(), scorer(models[0], dtype="bfloat16").identity()}) == 3
 
 
+def test_the_model_identity_is_its_content(models, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(models[0], copy)
+    assert scorer(copy).identity() == scorer(models[0]).identity()  # same files elsewhere: the same scores
+    config = json.loads((copy / "tokenizer_config.json").read_text())
+    config["do_lower_case"] = not config.get("do_lower_case", True)
+    (copy / "tokenizer_config.json").write_text(json.dumps(config))
+    assert scorer(copy).identity() != scorer(models[0]).identity()  # another tokenizer, the same weights
+
+
 def test_a_two_label_head_scores_by_its_log_odds(tmp_path, ds):
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
