@@ -220,6 +220,23 @@ def test_a_reranker_plugin_works_through_the_command(plugin_package, tmp_path, c
     assert all(float(s).is_integer() for s in scores) and max(scores) >= 1
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("selector", ["threshold:0.9,5", "gap:5"])
+def test_the_selector_and_the_reader_see_the_reranked_list_and_scores(models, tmp_path, capsys, selector):
+    from tests.conftest import READER
+
+    out = tmp_path / "run"
+    assert run_cli("--dataset", "reqa_squad", "--limit", 4, "--depth", 10, "--rerank", models[0], "--rerank-depth", 5,
+                   "--rerank-cache", tmp_path / "scores", "--reader", READER, "--selector", selector,
+                   "--metrics", "em,f1", "--out", out) == 0, capsys.readouterr().err
+    ranked = trec(out / "run.trec")
+    for row in map(json.loads, (out / "details.jsonl").read_text().splitlines()):
+        hits = ranked[row["id"]]
+        assert row["passages"] == [d for d, _ in hits[: row["n"]]]
+        np.testing.assert_allclose([r["retriever_score"] for r in row["read"]], [s for _, s in hits[: len(row["read"])]],
+                                   atol=1e-6)  # run.trec keeps 6 decimals
+
+
 # ------------------------------------------------------------------ kill and resume
 KILLED_SCORING = """
 import sys
