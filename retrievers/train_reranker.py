@@ -120,9 +120,7 @@ class TrainingPairs:
 def load_training_split(name: str, split: str):
     """The training split (an evaluation split refused, as learned fusers refuse it)."""
     from data.registry import load_dataset
-    from retrievers.pooling import check_training_split
-
-    from retrievers.pooling import EVAL_SPLITS
+    from retrievers.pooling import EVAL_SPLITS, check_training_split
 
     if str(split).lower() in EVAL_SPLITS:  # refused before anything is loaded
         raise UserError(f"train_reranker: --split {split} is an evaluation split; train on a training split "

@@ -8,7 +8,6 @@ per seed, which is all the stage's plumbing needs; training is tested on the rea
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -72,7 +71,7 @@ def trec(path: Path) -> dict[str, list[tuple[str, float]]]:
     return out
 
 
-def run_cli(*args, capsys=None) -> int:
+def run_cli(*args) -> int:
     from pipeline.run import main
 
     return main([str(a) for a in args])
