@@ -131,6 +131,16 @@ def test_the_api_reranks_as_the_command_does(models, tmp_path, ds):
         api.make_retriever("bm25", rerank={"depth": 4})
 
 
+def test_a_config_file_sets_the_stage_by_field_path_or_flag_name(models, tmp_path, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text(f"retriever:\n  rerank: {models[1]}\n  rerank_dtype: float32\nrerank-depth: 3\n"
+                      f"rerank-cache: {tmp_path / 'scores'}\ndataset: reqa_squad\nlimit: 3\ndepth: 6\n")
+    assert run_cli("--config", config, "--out", tmp_path / "run") == 0, capsys.readouterr().err
+    facts = json.loads((tmp_path / "run" / "manifest.json").read_text())["rerankers"][0]
+    assert (facts["spec"], facts["depth"], facts["dtype"]) == (str(models[1]), 3, "float32")
+    assert all(len(rows) == 3 for rows in trec(tmp_path / "run" / "run.trec").values())
+
+
 def test_cached_scores_never_cross_models(models, tmp_path, ds):
     from retrievers.rerank import ScoreCache, score_cached
 
