@@ -94,11 +94,13 @@ def make_retriever(spec: str = DEFAULT_RETRIEVER, options: Mapping[str, Mapping[
     Options per kind as keyword arguments (``bm25={"k1": 1.2}``, ``dense={"model": PATH}``, ``fusion={...}``, a
     plugin retriever's name) or as one ``options`` mapping; they are the retrievers' own constructor parameters.
     Options for a kind the spec does not use are an error (``dense={...}`` with ``bm25``).
+    ``rerank={"spec": MODEL, "depth": 100, ...}`` re-ranks the retriever's top ``depth`` hits with a cross-encoder
+    (``--rerank``; other keys: ``max_length``, ``dtype``, ``batch_size``, ``device``, ``cache_dir``, the scorer's options).
     """
     from retrievers.registry import make_retriever as make
 
     merged = {**(options or {}), **by_kind}
-    unused = sorted(set(merged) - _spec_kinds(spec))
+    unused = sorted(set(merged) - _spec_kinds(spec) - {"rerank"})
     if unused:
         raise UserError(f"make_retriever({spec!r}): options for {', '.join(unused)} given, but the spec uses "
                         f"{', '.join(sorted(_spec_kinds(spec)))}")

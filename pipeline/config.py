@@ -42,10 +42,12 @@ EncoderBackend = Literal["auto", "torch", "openvino"]
 
 
 def setting(default: Any = None, flag: str | None = None, help: str = "", *, volatile: bool = False,
-            metavar: str | None = None, repeat: bool = False, **constraints: Any):
+            metavar: str | None = None, repeat: bool = False, new: bool = False, **constraints: Any):
     """A field with its command-line flag and help; ``volatile`` settings change no result (left out of fingerprints);
-    ``repeat``: the flag may be given several times (a list)."""
-    extra = {"flag": flag, "volatile": volatile, "metavar": metavar, "repeat": repeat}
+    ``repeat``: the flag may be given several times (a list); ``new``: a setting added after fingerprints were
+    recorded, left out of them while it holds its default (so the caches and sweep resumes of configurations
+    that do not use it keep their keys)."""
+    extra = {"flag": flag, "volatile": volatile, "metavar": metavar, "repeat": repeat, "new": new}
     return Field(default, description=help, json_schema_extra=extra, **constraints)
 
 
@@ -168,6 +170,22 @@ class RetrieverConfig(Section):
     dense: DenseConfig = Field(default_factory=DenseConfig)
     fusion: dict[str, str] = setting({}, "--fusion-opt", "option of a fused retriever (repeatable)", metavar="KEY=VALUE")
     options: dict[str, dict[str, Any]] = setting({}, None, "constructor options of other (plugin) retrievers, by registered name")
+    rerank: Optional[str] = setting(None, "--rerank", "re-rank the retriever's top --rerank-depth hits with a cross-encoder:"
+                                    " [KIND:]MODEL[opts], MODEL a local directory (or a hub name, tried only when given);"
+                                    " opts: depth=, max_length=, dtype=, batch_size= (docs: Retrievers, Re-ranking)",
+                                    metavar="SPEC", new=True)
+    rerank_depth: int = setting(100, "--rerank-depth", "first-stage hits re-scored per question (a spec's depth= wins)",
+                                ge=1, new=True)
+    rerank_max_length: int = setting(256, "--rerank-max-length", "tokens per (question, passage) pair the cross-encoder"
+                                     " reads (a spec's max_length= wins)", ge=8, new=True)
+    rerank_dtype: Literal["auto", "float32", "bfloat16"] = setting(
+        "auto", "--rerank-dtype", "cross-encoder precision: auto (bf16 autocast on CUDA or a CPU with native bf16, else"
+        " float32), float32, bfloat16", new=True)
+    rerank_batch_size: Optional[int] = setting(None, "--rerank-batch-size", "most pairs per forward pass (default 64 on the"
+                                               " CPU, 128 on CUDA)", volatile=True, ge=1)
+    rerank_cache: Optional[str] = setting(None, "--rerank-cache", "directory of cached re-ranking scores (default:"
+                                          " $QA_CACHE_DIR/rerank-scores; keyed by model content, max length, precision and"
+                                          " the texts)", volatile=True, metavar="DIR")
 
     @field_validator("spec")
     @classmethod
@@ -175,6 +193,30 @@ class RetrieverConfig(Section):
         if not v or not v.strip():
             raise ValueError("empty retriever spec")
         return v.strip()
+
+    @field_validator("rerank")
+    @classmethod
+    def _rerank_parses(cls, v: Optional[str]):
+        from retrievers.rerank import RERANKERS, parse_rerank_spec, spec_depth
+
+        if v is None:
+            return v
+        try:
+            kind, _, _ = parse_rerank_spec(v)
+            RERANKERS.get(kind)
+            spec_depth(v, None)
+        except UserError as e:
+            message, prefix = str(e), f"rerank {v.strip()!r}: "
+            raise ValueError(message[len(prefix):] if message.startswith(prefix) else message) from None
+        return v.strip()
+
+    def rerank_options(self, device: str) -> dict:
+        """The re-ranking stage's settings (:func:`retrievers.rerank.make_rerank_retriever`), empty without one."""
+        if not self.rerank:
+            return {}
+        return {"spec": self.rerank, "depth": self.rerank_depth, "max_length": self.rerank_max_length,
+                "dtype": self.rerank_dtype, "batch_size": self.rerank_batch_size, "cache_dir": self.rerank_cache,
+                "device": device}
 
     def constructor_options(self, *, seed: int | None, device: str) -> dict[str, dict]:
         """Options per registered retriever kind, as :func:`retrievers.registry.make_retriever` takes them.
@@ -193,7 +235,8 @@ class RetrieverConfig(Section):
             head = self.spec.split(":", 1)[0]
             if head in FUSERS and method_learned(head):
                 fusion.setdefault("seed", str(seed))
-        return {**{k: dict(v) for k, v in self.options.items()}, "bm25": bm25, "dense": dense, "fusion": fusion}
+        return {**{k: dict(v) for k, v in self.options.items()}, "bm25": bm25, "dense": dense, "fusion": fusion,
+                "rerank": self.rerank_options(device)}
 
 
 class SweepRetrieverConfig(RetrieverConfig):
@@ -477,6 +520,8 @@ def result_settings(model: BaseModel, sections: tuple[str, ...] = ()) -> dict:
         if isinstance(extra, dict) and extra.get("volatile"):
             continue
         value = getattr(model, name)
+        if isinstance(extra, dict) and extra.get("new") and value == info.default:
+            continue
         out[name] = result_settings(value) if isinstance(value, BaseModel) else _jsonable(value)
     return out
 

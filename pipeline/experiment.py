@@ -7,7 +7,8 @@ MRR/R@k, plus BEIR's nDCG@10/MRR@10/R@100/R@1000 for BEIR/MTEB sets and DPR
 top-k accuracy for open-domain sets).  With a reader it selects n passages
 per question (``config.selector``), reads them and scores the answers.
 
-Outputs in ``config.out``: metrics.json, run.trec (the whole ranking the metrics are computed from), qrels and
+Outputs in ``config.out``: metrics.json, run.trec (the whole ranking the metrics are computed from; with
+``--rerank`` the re-ranked one, and run.first-stage.trec the ranking before it), qrels and
 queries, per_query.jsonl, manifest.json and, with a reader, predictions.json,
 details.jsonl and selector.json.  They are written together at the end
 (metrics.json last): a run that fails or is killed leaves none of them
@@ -31,7 +32,7 @@ from pipeline.config import RunConfig
 from retrievers.base import release
 
 # every file (and folder) pipeline.run may write into --out, besides its read cache
-RUN_OUTPUTS = ("metrics.json", "manifest.json", "run.trec", "per_query.jsonl", "qrels.tsv", "qrels.trec", "queries.jsonl",
+RUN_OUTPUTS = ("metrics.json", "manifest.json", "run.trec", "run.first-stage.trec", "per_query.jsonl", "qrels.tsv", "qrels.trec", "queries.jsonl",
                "predictions.json", "details.jsonl", "costs.jsonl", "selector.json", "learned.json", "retriever")
 
 
@@ -61,6 +62,8 @@ def retriever_options(config, language: str = "en") -> dict:
     """Constructor options per retriever kind (``make_retriever``'s ``options``), with per-language settings
     (Thai: BM25 pre-tokenized with newmm)."""
     options = config.retriever.constructor_options(seed=getattr(config, "seed", None), device=config.device)
+    if options.get("rerank") and getattr(config, "threads", None):  # --threads reaches the cross-encoder as the reader
+        options["rerank"]["num_threads"] = config.threads
     if language == "th":
         from data.thai import thai_word_tokens
 
@@ -160,7 +163,9 @@ def _prepare(config: RunConfig, engine, timer):
     out = make_out_dir(config.out, f"{config.data.dataset}-{config.data.split}-{config.retriever.spec}"
                        + (f"-{Path(model).name}" if model else ""))
     selector = parse_selector(config.selector) if model else None
-    stages.build_retriever(config.retriever.spec, retriever_options(config))
+    from retrievers.rerank import check_rerankers
+
+    check_rerankers(stages.build_retriever(config.retriever.spec, retriever_options(config)))
     reader = None
     if model:
         from pipeline.reading import make_reader
@@ -201,12 +206,18 @@ def _write(config, out, dataset, train, ranking, retriever, selector, metrics, p
     from pipeline.outputs import write_per_query, write_trec
     from pipeline.scoring import headline_intervals
     from retrievers.fusion import needs_fit
+    from retrievers.rerank import rerankers_of
 
     saved = {"retriever": retriever.to_dict()} if hasattr(retriever, "to_dict") else {}
     # nothing reaches the output directory unless every file was written; what an earlier run with other settings
     # wrote there and this one does not (a reader's files after a retrieval-only rerun) is removed
     with staged_outputs(out, outputs=RUN_OUTPUTS) as stage:
-        write_trec(stage / "run.trec", ranking, dataset.queries, dataset.corpus, tag=config.retriever.spec)
+        reranked = rerankers_of(retriever)
+        tag = config.retriever.spec + ("+rerank" if reranked else "")
+        write_trec(stage / "run.trec", ranking, dataset.queries, dataset.corpus, tag=tag)
+        if reranked and reranked[0].first_stage is not None:  # the ranking before re-ranking, same ids and depth
+            write_trec(stage / "run.first-stage.trec", reranked[0].first_stage, dataset.queries, dataset.corpus,
+                       tag=config.retriever.spec)
         write_question_files(stage, dataset.queries, dataset.corpus)  # the qrels run.trec is scored against
         if read is not None:
             reading = read(stage)
@@ -297,3 +308,6 @@ def check_environment(config: RunConfig) -> None:
     cache = config.reader.read_cache
     if cache and Path(cache).exists() and not Path(cache).is_dir():
         raise UserError(f"--read-cache {cache}: not a directory")
+    scores = config.retriever.rerank_cache
+    if scores and Path(scores).exists() and not Path(scores).is_dir():
+        raise UserError(f"--rerank-cache {scores}: not a directory")

@@ -1048,12 +1048,24 @@ class SweepResult:
     manifest: dict = field(default_factory=dict)
 
 
+def _reranker_facts(config: SweepConfig) -> list[dict]:
+    """The re-ranking stage's facts (model identity, depth, precision), its model checked; none without ``--rerank``."""
+    if not config.retriever.rerank:
+        return []
+    from pipeline import stages
+    from pipeline.experiment import retriever_options
+    from retrievers.rerank import static_facts
+
+    return static_facts(stages.build_retriever(config.retriever.spec, retriever_options(config)))
+
+
 def run_sweep_experiment(config: SweepConfig, *, flags: dict | None = None) -> SweepResult:
     """Run a whole sweep (every size and seed, resumable level by level), aggregate it and write its files."""
     from pipeline.cli import make_out_dir
 
     sel = config.selectors
     parse_n(sel.n), parse_seeds(config.data.seeds), parse_thetas(sel.thetas)  # bad settings fail before any work
+    rerankers = _reranker_facts(config)  # a bad --rerank model too
     stats = config.statistics
     timer = Timer()
     out = make_out_dir(config.out, f"sweep-{config.data.dataset}-{config.data.split}-{config.retriever.spec}")
@@ -1081,5 +1093,6 @@ def run_sweep_experiment(config: SweepConfig, *, flags: dict | None = None) -> S
         sources.update({f"train:{k}": v for k, v in state["train"].sources.items()})
     manifest = write_manifest(out, command="pipeline.sweep", config=config.to_dict(), seed=plan.seeds, sources=sources,
                               timings=timer.timings, extra={"flags": flags or {}, "fingerprint": config.fingerprint(),
-                                                            "reader": state["reader"], "levels": {f"{s}/{d}": r.info for (s, d), r in levels.items()}})
+                                                            "reader": state["reader"], "levels": {f"{s}/{d}": r.info for (s, d), r in levels.items()},
+                                                            **({"rerankers": rerankers} if rerankers else {})})
     return SweepResult(summary, agg["rows"], agg["agg_rows"], out, manifest)

@@ -63,7 +63,7 @@ class RetrieverBase:
 
         ``"encoder"`` (dict: model, identity, prompts), ``"embedding_shards"``
         (dict of counts: shards, computed, reused), ``"index"`` (dict: what was
-        searched and how).
+        searched and how), ``"reranker"`` (dict: a re-ranking stage's model, depth, precision).
         """
         return {}
 
@@ -118,10 +118,12 @@ def run_facts(retriever: Any) -> dict:
     """The retrieval facts of a run manifest, from every retriever of it (members included, breadth first).
 
     ``{"encoders": [encoder facts...], "embedding_shards": {count: sum over the
-    dense retrievers}, "indexes": [{"retriever": name, **index facts}...]}``;
-    a key with nothing to record is left out.
+    dense retrievers}, "indexes": [{"retriever": name, **index facts}...],
+    "rerankers": [re-ranking stage facts...]}``; a key with nothing to record
+    is left out.
     """
     encoders: list[dict] = []
+    rerankers: list[dict] = []
     shards: dict[str, int] = {}
     indexes: list[dict] = []
     for r in walk(retriever):
@@ -133,6 +135,8 @@ def run_facts(retriever: Any) -> dict:
         if facts.get("index"):
             entry = {"retriever": getattr(r, "name", type(r).__name__), **facts["index"]}
             indexes.append(json.loads(json.dumps(entry, default=str)))
+        if facts.get("reranker"):
+            rerankers.append(json.loads(json.dumps(facts["reranker"], default=str)))
     out: dict = {}
     if encoders:
         out["encoders"] = encoders  # model, identity, prompts of every dense retriever
@@ -140,4 +144,6 @@ def run_facts(retriever: Any) -> dict:
         out["embedding_shards"] = shards
     if indexes:
         out["indexes"] = indexes  # what each retriever searched: Lucene index and its build, FAISS index, refine
+    if rerankers:
+        out["rerankers"] = rerankers  # spec, depth, model identity, max length, precision, pairs scored and reused
     return out

@@ -85,6 +85,7 @@ FUSERS.register("mrrank", FusionMethod("retrievers.mrrank:MrRankRetriever"))
 del _norm
 
 FUSION = "fusion"  # the options key of fused retrievers
+RERANK = "rerank"  # the options key of the re-ranking stage (retrievers.rerank): its spec, depth and scorer options
 
 
 def split_members(rest: str) -> list[str]:
@@ -158,10 +159,10 @@ def _merged_options(options, bm25_options, dense_options, fusion_options) -> dic
         if value:
             merged[kind] = {**merged.get(kind, {}), **value}
     names = RETRIEVERS.names()  # (names only: nothing is imported for the options of retrievers the spec does not use)
-    unknown = [kind for kind, value in merged.items() if value and kind != FUSION and kind not in names]
+    unknown = [kind for kind, value in merged.items() if value and kind not in (FUSION, RERANK) and kind not in names]
     if unknown:
         raise UserError(f"retriever options for {', '.join(map(repr, unknown))}: not a retriever "
-                        f"(known: {', '.join(names)}, {FUSION})")
+                        f"(known: {', '.join(names)}, {FUSION}, {RERANK})")
     return merged
 
 
@@ -178,7 +179,10 @@ def make_retriever(
     ``options`` maps a registered retriever name (``"bm25"``, ``"dense"``, a
     plugin's) to its constructor options, and ``"fusion"`` to those of the
     fusion method; ``bm25_options`` / ``dense_options`` / ``fusion_options``
-    are the same (laid over ``options``).
+    are the same (laid over ``options``).  ``options["rerank"]`` with a
+    ``spec`` wraps the retriever in a re-ranking stage
+    (:func:`retrievers.rerank.make_rerank_retriever`: ``spec``, ``depth``,
+    ``cache_dir`` and the scorer's options).
     """
     spec = (spec or "").strip()
     if not spec:
@@ -186,14 +190,25 @@ def make_retriever(
     opts = _merged_options(options, bm25_options, dense_options, fusion_options)
     head, _, rest = spec.partition(":")
     if head.split("[", 1)[0] in RETRIEVERS:
-        return make_single(spec, opts)
+        return _reranked(make_single(spec, opts), opts.get(RERANK))
     if head not in FUSERS:
         raise unknown_retriever(spec)
     parts = split_members(rest)
     if not parts:
         raise UserError(f"retriever {spec!r}: {head} needs members, e.g. {head}:bm25+dense")
     members = [make_single(p, opts) for p in parts]
-    return build_fused(head, members, opts.get(FUSION))
+    return _reranked(build_fused(head, members, opts.get(FUSION)), opts.get(RERANK))
+
+
+def _reranked(retriever: Retriever, rerank: Mapping[str, Any] | None) -> Retriever:
+    """``retriever`` itself, or wrapped in the re-ranking stage ``rerank`` describes (when it names a spec)."""
+    if not rerank:
+        return retriever
+    if not rerank.get("spec"):
+        raise UserError(f"rerank options {sorted(rerank)} without a spec: give rerank={{'spec': MODEL, ...}} (--rerank MODEL)")
+    from retrievers.rerank import make_rerank_retriever
+
+    return make_rerank_retriever(retriever, rerank)
 
 
 def build_fused(method: str, members: Sequence[Retriever], options: Mapping[str, Any] | None = None) -> Retriever:

@@ -22,7 +22,7 @@ from tests.conftest import DATA, READER
 
 # ------------------------------------------------------------------ what is documented
 # the documented keys of each function's ** parameter (where they are not read off a signature or a config class)
-RETRIEVER_KINDS = ("bm25", "dense", "fusion")  # make_retriever's docstring: per kind, a plugin's name too
+RETRIEVER_KINDS = ("bm25", "dense", "fusion", "rerank")  # make_retriever's docstring: per kind, a plugin's name too
 
 
 def documented_keywords() -> set[str]:
@@ -226,6 +226,10 @@ PROBES = {
         differs(s.api.make_retriever("rrf:bm25+dense", fusion={"rank_constant": "10"}).rank_constant,
                 s.api.make_retriever("rrf:bm25+dense").rank_constant),
         one_line(lambda: s.api.make_retriever("bm25", fusion={"rank_constant": "10"}), "fusion")),
+    "make_retriever.rerank": lambda s, t, m: (
+        differs(type(s.api.make_retriever("bm25", rerank={"spec": "models/ce", "depth": 4})).__name__,
+                type(s.api.make_retriever("bm25")).__name__),
+        one_line(lambda: s.api.make_retriever("bm25", rerank={"depth": 4}), "without a spec")),
     "make_retriever.**": lambda s, t, m: one_line(lambda: s.api.make_retriever("bm25", bm52={"k1": 1}), "bm52"),
     # retrieve
     "retrieve.retriever": lambda s, t, m: differs(s.other_ranking.ids.tolist(), s.ranking.ids.tolist()),
