@@ -271,7 +271,7 @@ class ReaderConfig(Section):
                                      "what runs the extractive reader on the CPU in float32/bf16: auto (OpenVINO where,"
                                      " on this CPU, it read SQuAD train check questions faster than torch with answers"
                                      " agreeing with torch float32's; measured once, cached), torch, openvino"
-                                     " (default: $QA_READER_BACKEND, else auto)")
+                                     " (default: $QA_READER_BACKEND, else auto)", new=True)
     mu: float = setting(1.0, "--mu", "BERTserini interpolation: (1-mu)*retriever + mu*reader", ge=0, le=1)
     read_cache: Optional[str] = setting(None, "--read-cache", "directory of cached reads (default: <out>/reads)", volatile=True)
 

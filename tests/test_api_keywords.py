@@ -291,6 +291,7 @@ PROBES = {
     "make_reader.token_budget": reader_setting_probe("token_budget", 500, fact="reader_max_batch_tokens"),
     "make_reader.dtype": lambda s, t, m: reader_setting_probe(
         "dtype", "float32" if s.reader.facts()["reader_dtype"] != "float32" else "bfloat16", fact="reader_dtype")(s, t, m),
+    "make_reader.backend": reader_setting_probe("backend", "openvino", attribute="backend", fact="reader_backend"),
     "make_reader.read_unit": lambda s, t, m: (
         differs(s.answers(s.api.make_reader(READER, threads=1, read_unit="paragraph"), n=1), s.answers(n=1)),
         one_line(lambda: s.api.make_reader(READER, read_unit="page"), "read_unit")),
