@@ -12,7 +12,13 @@ model that runs the forward passes:
   float; activation groups of 32 and 128, none at all (int8 weights, float products), asymmetric weights; NNCF static
   post-training quantization of every layer (activation ranges calibrated on SQuAD train reader windows, the
   TRANSFORMER preset); torch's ``quantize_dynamic`` on every ``nn.Linear`` (per-tensor, the naive recipe);
-* OpenVINO float32 and bf16 without quantization (where the backend alone takes us).
+* OpenVINO float32 and bf16 without quantization (where the backend alone takes us), each as the backends run it
+  (the throughput hint's streams, batches handed back as they finish) and as one stream of every thread read
+  batch after batch (``..., one stream``).
+
+``--sides REGEX`` keeps only our sides whose names match (torch float32, the reference, always runs), e.g.
+``--sides 'torch|OpenVINO' --peers '' --no-static`` for the backends alone.  The run ends with the per-CPU choice
+of ``--reader-backend auto`` and the check it rests on.
 
 The peers run in the bench-only venv (transformers 4.57.x, optimum-onnx with ONNX Runtime; bench/README.md):
 transformers' question-answering pipeline, and the same pipeline over Optimum's ONNX Runtime model quantized
@@ -136,6 +142,7 @@ def our_sides(args, threads, settings):
     import torch
 
     import hardware
+    from hardware.openvino import PRECISION_HINT, compile_for_cpu
     from readers import int8
     from readers.extractive import ExtractiveReader
     from readers.int8 import Int8Model, Int8Recipe
@@ -144,12 +151,18 @@ def our_sides(args, threads, settings):
         return ExtractiveReader(args.model, dtype=dtype, int8_recipe=recipe, num_threads=threads, progress=False,
                                 **settings).load()
 
+    import re
+
+    def wanted(name: str) -> bool:  # --sides: a regular expression of side names (the float32 reference always)
+        return args.sides is None or re.search(args.sides, name) is not None
+
     base = reader("float32")
     sides = {"torch float32": (base, "torch, float32 (the reference)")}
-    if hardware.cpu_has_native_bf16():
+    if hardware.cpu_has_native_bf16() and wanted("torch bf16"):
         sides["torch bf16"] = (reader("bfloat16"), "torch, bf16 autocast (auto's choice on this CPU)")
-    sides["int8 (ours)"] = (reader("int8"), "int8 weights per channel, activations per 64-group, FFN output "
-                                           "projections float32 (default recipe)")
+    if wanted("int8 (ours)"):
+        sides["int8 (ours)"] = (reader("int8"), "int8 weights per channel, activations per 64-group, FFN output "
+                                               "projections float32 (default recipe)")
     for name, recipe, what in (
         ("int8 every layer", Int8Recipe(float_ffn_output=False, validation_questions=0),
          "the default recipe with the FFN output projections in int8 too"),
@@ -160,22 +173,29 @@ def our_sides(args, threads, settings):
         ("int8 asym weights", Int8Recipe(weights="int8_asym", validation_questions=0), "asymmetric weights, 64-group"),
         ("int8 weights only", Int8Recipe(activation_group_size=0, validation_questions=0), "int8 weights, float products"),
     ):
-        sides[name] = (reader("int8", recipe), what)
+        if wanted(name):
+            sides[name] = (reader("int8", recipe), what)
 
     example = {k: np.asarray(v, dtype=np.int64) for k, v in base.tokenizer_(
         ["Which model reads?"] * 2, ["The reader reads this passage."] * 2, return_tensors="np").items()
         if k in base.tokenizer_.model_input_names}
     float_ov = int8.convert(base.model_, example, "bench")
 
-    def ov_side(model, precision, group=0):
+    def ov_side(model, precision, group=0, one_stream=False):
+        """Our reader on an OpenVINO model, compiled as the backends compile it (``compile_for_cpu``: the throughput
+        hint's streams, each batch's outputs taken as it finishes) or, ``one_stream``, as one stream of every
+        thread read batch after batch (the backends' execution before ``hardware.openvino.EXECUTION`` v1)."""
         side = copy.copy(base)
-        compiled = ov.Core().compile_model(model, "CPU", {
-            "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
-            "INFERENCE_PRECISION_HINT": precision, "DYNAMIC_QUANTIZATION_GROUP_SIZE": group})
+        if one_stream:
+            compiled = ov.Core().compile_model(model, "CPU", {
+                "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+                "INFERENCE_PRECISION_HINT": PRECISION_HINT[precision], "DYNAMIC_QUANTIZATION_GROUP_SIZE": group})
+        else:
+            compiled = compile_for_cpu(model, precision, threads, group)
         side.model_, side.dtype_ = Int8Model(compiled, {}), "int8"
         return side
 
-    if args.static:
+    if args.static and wanted("int8 static (NNCF PTQ)"):
         import logging
 
         import nncf
@@ -186,15 +206,36 @@ def our_sides(args, threads, settings):
         windows = train_windows(base, calibration)
         static = nncf.quantize(float_ov, nncf.Dataset(windows), model_type=nncf.ModelType.TRANSFORMER,
                                subset_size=len(windows))
-        sides["int8 static (NNCF PTQ)"] = (ov_side(static, "f32"), f"every layer, ranges from {len(windows)} train windows")
-    dynamic = copy.copy(base)
-    dynamic.model_ = torch.ao.quantization.quantize_dynamic(copy.deepcopy(base.model_), {torch.nn.Linear},
-                                                            dtype=torch.qint8)
-    sides["torch dynamic int8"] = (dynamic, "torch quantize_dynamic on every nn.Linear, per tensor")
-    sides["OpenVINO float32"] = (ov_side(float_ov, "f32"), "no quantization")
+        sides["int8 static (NNCF PTQ)"] = (ov_side(static, "float32"), f"every layer, ranges from {len(windows)} train windows")
+    if wanted("torch dynamic int8"):
+        dynamic = copy.copy(base)
+        dynamic.model_ = torch.ao.quantization.quantize_dynamic(copy.deepcopy(base.model_), {torch.nn.Linear},
+                                                                dtype=torch.qint8)
+        sides["torch dynamic int8"] = (dynamic, "torch quantize_dynamic on every nn.Linear, per tensor")
+    ov_sides = {"OpenVINO float32": ("float32", False, "no quantization"),
+                "OpenVINO float32, one stream": ("float32", True, "no quantization, one stream of every thread, batch "
+                                                                  "after batch")}
     if hardware.cpu_has_native_bf16():
-        sides["OpenVINO bf16"] = (ov_side(float_ov, "bf16"), "no quantization, bf16 inference precision")
+        ov_sides.update({"OpenVINO bf16": ("bfloat16", False, "no quantization, bf16 inference precision"),
+                         "OpenVINO bf16, one stream": ("bfloat16", True, "no quantization, bf16, one stream of every "
+                                                                         "thread, batch after batch")})
+    for name, (precision, one_stream, what) in ov_sides.items():
+        if wanted(name):
+            sides[name] = (ov_side(float_ov, precision, one_stream=one_stream), what)
     return sides
+
+
+def print_backend_choice(model: str, threads: int) -> None:
+    """What ``--reader-backend auto`` reads with on this CPU at ``auto``'s precision, and the check it rests on
+    (measured now when this CPU has no record yet; not part of the table's timings)."""
+    from readers.extractive import ExtractiveReader
+
+    reader = ExtractiveReader(model, num_threads=threads, progress=False, backend="auto").load()
+    info = reader.facts().get("reader_openvino") or {}
+    check = info.get("check") or {}
+    detail = (f"OpenVINO {check.get('speedup', 0):.2f}x torch on {check.get('questions')} SQuAD train check questions, "
+              f"{check.get('identical_percent')}% answers identical to torch float32's" if check else info.get("reason", ""))
+    print(f"\nper-CPU choice: --reader-backend auto reads with {reader.backend_} in {reader.dtype_} on this CPU ({detail})")
 
 
 def main(argv=None) -> int:
@@ -204,6 +245,8 @@ def main(argv=None) -> int:
     parser.add_argument("--peers", default="torch,ort-int8,ort-int8-per-channel",
                         help="peers in the bench venv (comma-separated; '' for none)")
     parser.add_argument("--no-static", dest="static", action="store_false", help="leave out the NNCF static recipe")
+    parser.add_argument("--sides", default=None, metavar="REGEX",
+                        help="only our sides whose names match (torch float32, the reference, always runs)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads, every side (default: all cores)")
     parser.add_argument("--venv", default=str(DEFAULT_VENV), help="bench venv with transformers 4.57.x and optimum-onnx")
     parser.add_argument("--data-dir", default=os.environ.get("QA_DATA_DIR") or str(ROOT.parent / "shared" / "data"))
@@ -322,27 +365,34 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"  {r['side']}: {r['what']}")
 
-    ours = next(r for r in rows if r["side"] == "int8 (ours)")
-    bf16 = next((r for r in rows if r["side"] == "torch bf16"), None)
-    ort = [r for r in rows if r["side"].startswith("Optimum") and r["em"] >= ours["em"] - 1e-9]
-    print("\ngoals (int8 (ours)):")
-    print(f"  EM and F1 within 0.5 of float32 (interval inside +-0.5): "
-          f"{_yes(max(map(abs, ours['d_em_ci'] + ours['d_f1_ci'])) <= 0.5)} "
-          f"(dEM {_ci(ours['d_em'], ours['d_em_ci'])}, dF1 {_ci(ours['d_f1'], ours['d_f1_ci'])})")
-    print(f"  >= 97% answers identical to float32: {_yes(ours['identical'] >= 97)} ({ours['identical']:.1f}%)")
-    if bf16:
-        print(f"  >= 1.3x torch bf16 autocast (native bf16 here): {_yes(ours['passages_per_s'] >= 1.3 * bf16['passages_per_s'])} "
-              f"({ours['passages_per_s'] / bf16['passages_per_s']:.2f}x)")
-    else:
-        print(f"  >= 1.8x torch float32 (no native bf16 here): {_yes(ours['passages_per_s'] >= 1.8 * rate[ref])} "
-              f"({ours['passages_per_s'] / rate[ref]:.2f}x)")
-    for r in [r for r in rows if r["side"].startswith("Optimum")]:
-        tag = "" if r in ort else " (its EM is lower than ours: the goal compares at equal or better EM)"
-        print(f"  >= 1.3x {r['side']}: {_yes(ours['passages_per_s'] >= 1.3 * r['passages_per_s'])} "
-              f"({ours['passages_per_s'] / r['passages_per_s']:.2f}x){tag}")
+    ours = next((r for r in rows if r["side"] == "int8 (ours)"), None)
+    if ours is not None:
+        bf16 = next((r for r in rows if r["side"] == "torch bf16"), None)
+        ort = [r for r in rows if r["side"].startswith("Optimum") and r["em"] >= ours["em"] - 1e-9]
+        print("\ngoals (int8 (ours)):")
+        print(f"  EM and F1 within 0.5 of float32 (interval inside +-0.5): "
+              f"{_yes(max(map(abs, ours['d_em_ci'] + ours['d_f1_ci'])) <= 0.5)} "
+              f"(dEM {_ci(ours['d_em'], ours['d_em_ci'])}, dF1 {_ci(ours['d_f1'], ours['d_f1_ci'])})")
+        print(f"  >= 97% answers identical to float32: {_yes(ours['identical'] >= 97)} ({ours['identical']:.1f}%)")
+        if bf16:
+            print(f"  >= 1.3x torch bf16 autocast (native bf16 here): {_yes(ours['passages_per_s'] >= 1.3 * bf16['passages_per_s'])} "
+                  f"({ours['passages_per_s'] / bf16['passages_per_s']:.2f}x)")
+        else:
+            print(f"  >= 1.8x torch float32 (no native bf16 here): {_yes(ours['passages_per_s'] >= 1.8 * rate[ref])} "
+                  f"({ours['passages_per_s'] / rate[ref]:.2f}x)")
+        for r in [r for r in rows if r["side"].startswith("Optimum")]:
+            tag = "" if r in ort else " (its EM is lower than ours: the goal compares at equal or better EM)"
+            print(f"  >= 1.3x {r['side']}: {_yes(ours['passages_per_s'] >= 1.3 * r['passages_per_s'])} "
+                  f"({ours['passages_per_s'] / r['passages_per_s']:.2f}x){tag}")
+    for r in rows:
+        one = next((o for o in rows if o["side"] == f"{r['side']}, one stream"), None)
+        if one is not None:
+            print(f"  {r['side']} on the streams against one stream: {r['passages_per_s'] / one['passages_per_s']:.2f}x "
+                  f"({r['passages_per_s']:.1f} against {one['passages_per_s']:.1f} passages/s)")
 
     front = frontier(rows)
     print("\nspeed-accuracy frontier (no other side is both faster and loses less EM): " + ", ".join(front))
+    print_backend_choice(args.model, threads)
     if args.plot:
         plot(rows, front, args.plot, f"{n} SQuAD dev questions, {hardware.cpu_model()}, {threads} threads")
         print(f"plot: {args.plot}")

@@ -497,7 +497,9 @@ class ExtractiveReader:
         if self.resolved_backend() == "openvino" and dtype != "int8":
             import openvino
 
-            return sha256_text(base, "backend:openvino", openvino.__version__)
+            from hardware.openvino import EXECUTION
+
+            return sha256_text(base, "backend:openvino", openvino.__version__, EXECUTION)
         return base
 
     def resolved_backend(self) -> str:
@@ -548,7 +550,10 @@ class ExtractiveReader:
             if dtype == "int8":  # int8 reads are cached apart from float reads, and apart per recipe
                 from dataclasses import asdict
 
+                from hardware.openvino import EXECUTION
+
                 params["int8_recipe"] = asdict(self._int8_recipe())
+                params["openvino_execution"] = EXECUTION
             self._identity_ = sha256_text("extractive-reader-v1", self._model_identity(source, revision, local), json.dumps(params, sort_keys=True))
             self._identity_for_ = self._settings()
         return self._identity_
@@ -762,19 +767,21 @@ class ExtractiveReader:
         use_autocast = self.backend_ == "torch" and self.dtype_ not in ("float32", "int8")
         amp_dtype = getattr(torch, self.dtype_) if use_autocast else torch.float32
         multiple = CPU_AUTOCAST_SPAN_MULTIPLE if use_autocast and device == "cpu" else 1
-        with torch.inference_mode():
+
+        def batches():  # ((rows, first column), the rows' inputs cut to the batch's padded span)
             windows, tokens = self.batch_shape(device)
             for batch in window_batches(lengths[order], windows, tokens, multiple, width):
                 rows = order[batch]
                 span = _padded_span(int(lengths[rows].max()), multiple, width)
                 col0 = width - span if pad_left else 0  # the batch's columns: [col0, col0 + span)
-                inputs = {k: torch.from_numpy(v[rows, col0 : col0 + span]).to(device) for k, v in model_inputs.items()}
-                with attention_kernels(device), torch.autocast(device_type=device.split(":")[0], dtype=amp_dtype,
-                                                               enabled=use_autocast):
-                    out = self.model_(**inputs)
+                yield (rows, col0), {k: v[rows, col0 : col0 + span] for k, v in model_inputs.items()}
+
+        with torch.inference_mode():
+            for (rows, col0), start_logits, end_logits in self._forward(batches(), use_autocast, amp_dtype):
+                span = start_logits.shape[1]
                 s, i, j = best_spans(
-                    out.start_logits.float(),
-                    out.end_logits.float(),
+                    start_logits,
+                    end_logits,
                     context_mask(
                         span,
                         torch.from_numpy(ctx_lo[rows] - col0).to(device),
@@ -802,6 +809,29 @@ class ExtractiveReader:
         start[pairs_ok] = offsets[best_ok, win_start[best_ok], 0]
         end[pairs_ok] = offsets[best_ok, win_end[best_ok], 1]
         return score, start, end
+
+
+    def _forward(self, batches, use_autocast: bool, amp_dtype):
+        """``(tag, inputs)`` batches in, ``(tag, start logits, end logits)`` (float32 tensors on the device) out.  An
+        OpenVINO model runs the batches on all its streams at once and hands them back as they finish."""
+        import torch
+
+        if hasattr(self.model_, "run"):
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)  # torch only decodes spans here, beside OpenVINO's streams on every core
+            try:
+                for tag, start, end in self.model_.run(batches):
+                    yield tag, torch.from_numpy(start).float(), torch.from_numpy(end).float()
+            finally:
+                torch.set_num_threads(threads)
+            return
+        device = self.device_
+        for tag, inputs in batches:
+            inputs = {k: torch.from_numpy(v).to(device) for k, v in inputs.items()}
+            with attention_kernels(device), torch.autocast(device_type=device.split(":")[0], dtype=amp_dtype,
+                                                           enabled=use_autocast):
+                out = self.model_(**inputs)
+            yield tag, out.start_logits.float(), out.end_logits.float()
 
 
 def padded_windows(tok, enc, context_id: int, pad_left: bool):

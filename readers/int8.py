@@ -51,6 +51,7 @@ from data.io import sha256_text, warn
 from hardware.openvino import (  # noqa: F401 (validation_source: part of this module's interface)
     DamagedEntry,
     cached_entry,
+    EXECUTION,
     compile_for_cpu,
     convert,
     read_entry,
@@ -109,7 +110,7 @@ def entry_key(reader_identity: str, recipe: Int8Recipe, sample_digest: str) -> s
     import nncf
     import openvino
 
-    return sha256_text(RECIPE_FORMAT, reader_identity, json.dumps(asdict(recipe), sort_keys=True), sample_digest,
+    return sha256_text(RECIPE_FORMAT, EXECUTION, reader_identity, json.dumps(asdict(recipe), sort_keys=True), sample_digest,
                        openvino.__version__, nncf.__version__)[:32]
 
 

@@ -37,6 +37,8 @@ import numpy as np
 from data.errors import UserError
 from data.io import sha256_text
 from hardware.openvino import (  # noqa: F401 (validation_source: part of this module's interface)
+    EXECUTION,
+    BatchRunner,
     cached_entry,
     compile_for_cpu,
     convert,
@@ -63,21 +65,27 @@ class QAOutput:
 
 
 class OpenVINOQAModel:
-    """A compiled OpenVINO model, called like a transformers QA model: ``model(input_ids=..., attention_mask=...)``."""
+    """A compiled OpenVINO QA model.  ``run(batches)`` reads batches on all its streams at once (the reader's path,
+    :class:`hardware.openvino.BatchRunner`); ``model(input_ids=..., attention_mask=...)`` reads one batch like a
+    transformers QA model."""
 
     def __init__(self, compiled, info: dict):
         self.compiled = compiled
         self.info = info
-        self._inputs = [port.get_any_name() for port in compiled.inputs]
-        self._request = compiled.create_infer_request()
+        self.runner = BatchRunner(compiled)
+
+    def run(self, batches):
+        """``(tag, inputs)`` pairs (numpy int64 inputs) in, ``(tag, start_logits, end_logits)`` (numpy) out as
+        each batch finishes."""
+        for tag, (start, end) in self.runner.run(batches):
+            yield tag, start, end
 
     def __call__(self, **inputs):
         import torch
 
-        feed = {name: np.ascontiguousarray(inputs[name].numpy()) for name in self._inputs if name in inputs}
-        out = self._request.infer(feed)
-        start, end = out[self.compiled.outputs[0]], out[self.compiled.outputs[1]]
-        return QAOutput(torch.from_numpy(np.array(start)), torch.from_numpy(np.array(end)))
+        feed = {name: inputs[name].numpy() if hasattr(inputs[name], "numpy") else inputs[name] for name in inputs}
+        ((_, start, end),) = list(self.run([(None, feed)]))
+        return QAOutput(torch.from_numpy(start), torch.from_numpy(end))
 
 
 @dataclass(frozen=True)
@@ -102,7 +110,7 @@ class FloatRecipe:
 def entry_key(reader_identity: str, recipe: FloatRecipe, sample_digest: str) -> str:
     import openvino
 
-    return sha256_text(FORMAT, reader_identity, json.dumps(asdict(recipe), sort_keys=True), sample_digest,
+    return sha256_text(FORMAT, EXECUTION, reader_identity, json.dumps(asdict(recipe), sort_keys=True), sample_digest,
                        openvino.__version__, cpu_identity())[:32]
 
 

@@ -162,18 +162,35 @@ def encode_texts(
             feats = {k: v.to(device) for k, v in feats.items()}
             if prompt_length is not None:
                 feats["prompt_length"] = prompt_length
-            if embedder is not None:
-                emb = torch.from_numpy(embedder({k: v.numpy() for k, v in feats.items() if k != "prompt_length"}))
-            else:
-                with attention_kernels(str(device)), torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
-                    emb = model(feats)["sentence_embedding"]
+            with attention_kernels(str(device)), torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
+                emb = model(feats)["sentence_embedding"]
             emb = emb.float()
             if normalize:
                 emb = torch.nn.functional.normalize(emb, p=2, dim=1)
             bar.update(hi - lo)
             return emb.cpu().numpy()
 
-        chunks = run_in_batches(len(texts), batch_size_at, run, what="encoder")
+        def openvino_batches():  # (slice start, padded inputs) of each batch, for the embedder's streams
+            lo = 0
+            while lo < len(texts):
+                hi = min(len(texts), lo + batch_size_at(lo))
+                feats = dict(tok.pad({"input_ids": [ids[i] for i in order[lo:hi]]}, padding=True, return_tensors="np"))
+                if "token_type_ids" not in feats and "token_type_ids" in tok.model_input_names:
+                    feats["token_type_ids"] = np.zeros_like(feats["input_ids"])
+                yield lo, feats
+                lo = hi
+
+        if embedder is not None:
+            done = {}
+            for lo, emb in embedder.run(openvino_batches()):
+                emb = emb.astype(np.float32, copy=False)
+                if normalize:
+                    emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+                done[lo] = emb
+                bar.update(len(emb))
+            chunks = [done[lo] for lo in sorted(done)]
+        else:
+            chunks = run_in_batches(len(texts), batch_size_at, run, what="encoder")
     flat = np.concatenate(chunks, axis=0)
     out = np.empty_like(flat)
     out[order] = flat

@@ -138,7 +138,9 @@ class SentenceTransformerEncoder:
             return self._torch_identity()
         import openvino
 
-        return f"{self._torch_identity()}:backend=openvino-{embedder.precision}:ov={openvino.__version__}"
+        from hardware.openvino import EXECUTION
+
+        return f"{self._torch_identity()}:backend=openvino-{embedder.precision}:ov={openvino.__version__}:{EXECUTION}"
 
     def embedder(self):
         """The OpenVINO model that encodes (None: torch), chosen once (:mod:`retrievers.encoders.openvino`)."""

@@ -25,6 +25,8 @@ import numpy as np
 
 from data.io import sha256_text
 from hardware.openvino import (
+    EXECUTION,
+    BatchRunner,
     cached_entry,
     compile_for_cpu,
     convert,
@@ -50,19 +52,24 @@ class EncoderCheck:
 
 
 class OpenVINOEmbedder:
-    """A compiled OpenVINO sentence encoder: ``embedder(features)`` -> float32 embeddings ``[B, D]`` (numpy)."""
+    """A compiled OpenVINO sentence encoder.  ``embedder.run(batches)`` encodes ``(tag, features)`` batches on all
+    its streams at once and yields ``(tag, embeddings)`` (float32 ``[B, D]``, numpy) as each finishes
+    (:class:`hardware.openvino.BatchRunner`); ``embedder(features)`` encodes one batch."""
 
     def __init__(self, compiled, precision: str):
         self.compiled = compiled
         self.precision = precision
-        self._inputs = [port.get_any_name() for port in compiled.inputs]
-        self._request = compiled.create_infer_request()
+        self.runner = BatchRunner(compiled)
+
+    def run(self, batches):
+        for tag, (embeddings,) in self.runner.run(
+                (tag, {name: np.asarray(value, dtype=np.int64) for name, value in features.items()})
+                for tag, features in batches):
+            yield tag, np.asarray(embeddings, dtype=np.float32)
 
     def __call__(self, features: dict) -> np.ndarray:
-        feed = {name: np.ascontiguousarray(np.asarray(features[name], dtype=np.int64))
-                for name in self._inputs if name in features}
-        out = self._request.infer(feed)
-        return np.array(out[self.compiled.outputs[0]], dtype=np.float32)
+        ((_, embeddings),) = list(self.run([(None, features)]))
+        return embeddings
 
 
 def _traceable(model):
@@ -93,7 +100,7 @@ def example_features(model) -> dict:
 def entry_key(encoder_identity: str, check: EncoderCheck, sample_digest: str) -> str:
     import openvino
 
-    return sha256_text(FORMAT, encoder_identity, str(sorted(asdict(check).items())), sample_digest, openvino.__version__,
+    return sha256_text(FORMAT, EXECUTION, encoder_identity, str(sorted(asdict(check).items())), sample_digest, openvino.__version__,
                        cpu_identity())[:32]
 
 
