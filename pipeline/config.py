@@ -323,6 +323,10 @@ class MetricsConfig(Section):
                                              " for English, bert-score's multilingual default otherwise; offline: all-MiniLM-L6-v2)")
     bertscore_layers: Optional[int] = setting(None, "--bertscore-layers", "BERTScore layer")
     bertscore_rescale: bool = setting(False, "--bertscore-rescale", "rescale BERT-F1 with bert-score's baseline for the model")
+    bertscore_backend: Literal["auto", "torch", "openvino"] = setting(
+        os.environ.get("QA_BERTSCORE_BACKEND") or "auto", "--bertscore-backend", "what embeds BERT-F1's tokens on the"
+        " CPU: auto (OpenVINO where, on this CPU, its token embeddings were within cosine 0.999 of torch's and faster;"
+        " measured once, cached), torch, openvino (default: $QA_BERTSCORE_BACKEND, else auto)", new=True)
 
     @field_validator("answer", mode="before")
     @classmethod
@@ -343,7 +347,8 @@ class MetricsConfig(Section):
         if "bert_f1" not in self.answer:
             return {}
         return {"bert_f1": {"model": self.bertscore_model, "num_layers": self.bertscore_layers, "rescale": self.bertscore_rescale,
-                            "language": language, "device": None if device == "auto" else device}}
+                            "language": language, "device": None if device == "auto" else device,
+                            "backend": self.bertscore_backend}}
 
     def bertscore(self, language: str, device: str) -> dict | None:
         """bert_f1's options when it is asked for, else None."""

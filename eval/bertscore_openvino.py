@@ -1,0 +1,203 @@
+"""BERT-F1's token embeddings on OpenVINO, and the per-CPU choice between it and torch.
+
+What.  bert-score embeds every distinct prediction and reference with the first ``num_layers`` layers of its
+model (``BERTScorer._model``, truncated by bert-score) and matches the tokens greedily by cosine.  That model is
+converted once to OpenVINO and called by bert-score in its place (:class:`OpenVINOTokenModel`).
+
+How the choice is made (``backend="auto"``).  Building embeds the questions and gold answers of the held-out SQuAD
+*train* check sample (:func:`hardware.openvino.validation_sample`: short texts like the answers BERT-F1 scores)
+with torch float32 and with each OpenVINO candidate (float32; bf16 where the CPU has native bf16), timing each
+after a warm-up, and keeps the fastest candidate whose every real token's embedding has cosine at least
+:data:`MIN_COSINE` with torch's and that is at least :data:`MIN_SPEEDUP` times as fast; otherwise torch.  What
+that moves (the main job's 10,119 answer pairs, Intel Xeon with AMX, OpenVINO bf16 chosen at min token cosine
+0.99993): BERT-F1 per pair by at most 0.0028, its mean by 0.00004.  The converted model and the measurements are cached under ``$QA_CACHE_DIR/bertscore-openvino/``,
+keyed by bert-score's setting (model, layer, versions), the check sample, the OpenVINO version and the CPU; the
+pair cache of an OpenVINO scorer is keyed apart from torch's.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from data.io import sha256_text
+from hardware.openvino import (
+    EXECUTION,
+    BatchRunner,
+    cached_entry,
+    compile_for_cpu,
+    convert,
+    cpu_identity,
+    read_entry,
+    save_entry,
+    validation_sample,
+    validation_source,
+)
+
+FORMAT = "bertscore-openvino-v1"
+BACKENDS = ("auto", "torch", "openvino")
+MIN_COSINE = 0.999
+MIN_SPEEDUP = 1.05
+WARM_UP = 64
+BATCH = 64  # bert-score's batch size, the pipeline's default
+
+
+@dataclass(frozen=True)
+class TokenCheck:
+    """The check sample the backends are compared on (part of the cache key)."""
+
+    validation_questions: int = 300
+    seed: int = 13
+
+
+class OpenVINOTokenModel:
+    """A compiled token encoder called as bert-score calls its model: ``model(ids, attention_mask=mask)`` ->
+    ``(last hidden states,)`` as a torch tensor.  bert-score hands over one batch at a time: each is cut into as
+    many parts as the model has streams, run at once (:class:`hardware.openvino.BatchRunner`)."""
+
+    def __init__(self, compiled, precision: str):
+        self.compiled = compiled
+        self.precision = precision
+        self.runner = BatchRunner(compiled)
+        self._parts = max(1, int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
+
+    def eval(self) -> "OpenVINOTokenModel":
+        return self
+
+    def parameters(self):
+        """One CPU tensor: bert-score takes the device to score on from the model's first parameter."""
+        import torch
+
+        yield torch.zeros(0)
+
+    def __call__(self, input_ids, attention_mask=None, output_hidden_states=False):
+        import torch
+
+        if output_hidden_states:
+            raise ValueError("the OpenVINO BERT-F1 model gives one layer's embeddings, not every layer's")
+        ids = input_ids.cpu().numpy().astype(np.int64, copy=False)
+        mask = attention_mask.cpu().numpy().astype(np.int64, copy=False)
+        bounds = np.linspace(0, len(ids), min(self._parts, len(ids)) + 1).astype(int)
+        parts = [(k, {"input_ids": ids[lo:hi], "attention_mask": mask[lo:hi]})
+                 for k, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])) if hi > lo]
+        done = dict(self.runner.run(parts))
+        hidden = np.concatenate([done[k][0] for k, _ in parts], axis=0).astype(np.float32, copy=False)
+        return (torch.from_numpy(hidden),)
+
+
+def _traceable(model):
+    import torch
+
+    class Hidden(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask):
+            return self.inner(input_ids, attention_mask=attention_mask)[0]
+
+    return Hidden(model).eval()
+
+
+def entry_key(setting: str, check: TokenCheck, sample_digest: str) -> str:
+    import openvino
+
+    return sha256_text(FORMAT, EXECUTION, setting, str(sorted(asdict(check).items())), sample_digest,
+                       openvino.__version__, cpu_identity())[:32]
+
+
+def embed(model, tokenizer, texts: list[str]) -> list[np.ndarray]:
+    """Each text's real-token embeddings (float32 ``[tokens, D]``), in batches of :data:`BATCH` sorted by length."""
+    import torch
+
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    out: list[np.ndarray] = [np.zeros((0, 0), np.float32)] * len(texts)
+    with torch.inference_mode():
+        for lo in range(0, len(order), BATCH):
+            rows = order[lo:lo + BATCH]
+            enc = tokenizer([texts[i] for i in rows], padding=True, truncation=True, return_tensors="pt")
+            hidden = model(enc["input_ids"], attention_mask=enc["attention_mask"])[0].float().numpy()
+            for k, i in enumerate(rows):
+                out[i] = hidden[k, : int(enc["attention_mask"][k].sum())]
+    return out
+
+
+def load_or_build(setting: str, torch_model, tokenizer, threads: int, label: str = ""):
+    """``(OpenVINO model or None, info)``: the cached OpenVINO token encoder at the chosen precision (float32 when
+    torch was chosen; None when it could not be converted) and the choice measured on this CPU
+    (``info["chosen"]``: ``openvino-float32``, ``openvino-bfloat16`` or ``torch``), built first when missing."""
+    import hardware
+
+    check = TokenCheck()
+    path, digest = validation_source(check)
+    key = entry_key(setting, check, digest)
+    precisions = ["float32"] + (["bfloat16"] if hardware.cpu_has_native_bf16() else [])
+
+    def build(staging: Path) -> None:
+        import openvino as ov
+
+        from data.errors import UserError
+
+        info = {"format": FORMAT, "check_sample": asdict(check), "backend": {"openvino": ov.__version__},
+                "cpu": cpu_identity()}
+        print(f"note: converting BERT-F1's model '{label}' to OpenVINO once and timing it against torch on the "
+              f"SQuAD train check sample; cached for later runs", file=sys.stderr)
+        example = tokenizer(["Which answer?", "The converted model embeds this answer."], padding=True, return_tensors="np")
+        try:
+            converted = convert(_traceable(torch_model), {k: np.asarray(example[k], dtype=np.int64)
+                                                          for k in ("input_ids", "attention_mask")},
+                                label, what="bertscore backend openvino")
+        except UserError as err:
+            print(f"note: {err}; BERT-F1 with torch", file=sys.stderr)
+            save_entry(staging, None, {**info, "chosen": "torch", "reason": str(err)})
+            return
+        pairs, answers = validation_sample(path, check)
+        texts = [q for q, _ in pairs] + [a for golds in answers for a in golds[:1]]
+        info.update(measure(converted, torch_model, tokenizer, texts, precisions, threads))
+        save_entry(staging, converted, info)
+
+    def load(entry: Path):
+        info, converted = read_entry(entry)
+        if converted is None:
+            return None, info
+        chosen = info.get("chosen", "torch")
+        precision = chosen.split("-", 1)[1] if chosen.startswith("openvino-") else "float32"
+        return OpenVINOTokenModel(compile_for_cpu(converted, precision, threads), precision), info
+
+    return cached_entry("bertscore-openvino", key, "OpenVINO BERT-F1 model", build, load)
+
+
+def measure(converted, torch_model, tokenizer, texts: list[str], precisions: list[str], threads: int) -> dict:
+    """The smallest token cosine with torch's embeddings and the time of torch and of each OpenVINO precision on
+    ``texts``; the choice."""
+    if not texts:
+        return {"chosen": "torch", "reason": "no SQuAD train file under $QA_DATA_DIR to check its embeddings against torch's"}
+    embed(torch_model, tokenizer, texts[:WARM_UP])
+    t0 = time.perf_counter()
+    reference = embed(torch_model, tokenizer, texts)
+    torch_seconds = time.perf_counter() - t0
+    sides = {}
+    for precision in precisions:
+        model = OpenVINOTokenModel(compile_for_cpu(converted, precision, threads), precision)
+        embed(model, tokenizer, texts[:WARM_UP])
+        t0 = time.perf_counter()
+        got = embed(model, tokenizer, texts)
+        seconds = time.perf_counter() - t0
+        a, b = np.concatenate(reference), np.concatenate(got)
+        cosine = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1) + 1e-12)
+        sides[precision] = {"seconds": round(seconds, 3), "speedup": round(torch_seconds / max(seconds, 1e-9), 3),
+                            "min_cosine": round(float(cosine.min()), 6), "mean_cosine": round(float(cosine.mean()), 6)}
+    facts = {"check": {"texts": len(texts), "split": "squad train", "torch_seconds": round(torch_seconds, 3),
+                       "openvino": sides}}
+    passing = [p for p, s in sides.items() if s["min_cosine"] >= MIN_COSINE and s["speedup"] >= MIN_SPEEDUP]
+    if passing:
+        facts["chosen"] = f"openvino-{max(passing, key=lambda p: sides[p]['speedup'])}"
+    else:
+        facts["chosen"] = "torch"
+        facts["reason"] = "; ".join(f"{p}: min token cosine {s['min_cosine']:.5f}, {s['speedup']:.2f}x torch's speed"
+                                    for p, s in sides.items()) + f" (needs >= {MIN_COSINE} and >= {MIN_SPEEDUP}x)"
+    return facts
