@@ -181,6 +181,10 @@ class RetrieverConfig(Section):
     rerank_dtype: Literal["auto", "float32", "bfloat16"] = setting(
         "auto", "--rerank-dtype", "cross-encoder precision: auto (bf16 autocast on CUDA or a CPU with native bf16, else"
         " float32), float32, bfloat16", new=True)
+    rerank_backend: Literal["auto", "torch", "openvino"] = setting(
+        os.environ.get("QA_RERANK_BACKEND") or "auto", "--rerank-backend", "what runs the cross-encoder on the CPU:"
+        " auto (OpenVINO where, on this CPU, it ranked SQuAD train check questions as torch float32 does and faster than"
+        " torch; measured once, cached), torch, openvino (default: $QA_RERANK_BACKEND, else auto)", new=True)
     rerank_batch_size: Optional[int] = setting(None, "--rerank-batch-size", "most pairs per forward pass (default 64 on the"
                                                " CPU, 128 on CUDA)", volatile=True, ge=1)
     rerank_cache: Optional[str] = setting(None, "--rerank-cache", "directory of cached re-ranking scores (default:"
@@ -215,7 +219,8 @@ class RetrieverConfig(Section):
         if not self.rerank:
             return {}
         return {"spec": self.rerank, "depth": self.rerank_depth, "max_length": self.rerank_max_length,
-                "dtype": self.rerank_dtype, "batch_size": self.rerank_batch_size, "cache_dir": self.rerank_cache,
+                "dtype": self.rerank_dtype, "backend": self.rerank_backend, "batch_size": self.rerank_batch_size,
+                "cache_dir": self.rerank_cache,
                 "device": device}
 
     def constructor_options(self, *, seed: int | None, device: str) -> dict[str, dict]:

@@ -11,6 +11,8 @@ length (longest first) and cut into batches capped by padded tokens on the CPU; 
 padded length is rounded up to a multiple of 16 (one oneDNN kernel per shape, see
 ``readers.extractive.CPU_AUTOCAST_SPAN_MULTIPLE``).  Precision: ``auto`` (CUDA: bf16 where supported; CPU: bf16
 where the CPU has native bf16, :func:`hardware.cpu_has_native_bf16`, else float32), ``float32`` or ``bfloat16``.
+Backend on the CPU: ``torch``, ``openvino`` or ``auto`` (OpenVINO where, on this CPU, it ranked the SQuAD train
+check sample as torch float32 does and faster than torch; measured once and cached, :mod:`retrievers.rerank_openvino`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from data.io import sha256_text, warn
 from hardware.device import attention_kernels, auto_device, is_device_name
 
 DTYPES = ("auto", "float32", "bfloat16")
+BACKENDS = ("auto", "torch", "openvino")
 CPU_TOKEN_BUDGET = 4096
 CPU_MAX_PAIRS = 64
 CUDA_BATCH_SIZE = 128
@@ -41,6 +44,7 @@ class CrossEncoderScorer:
     model: a local checkpoint directory or a hub name.
     max_length: tokens per pair (question + passage + special tokens); longer pairs are cut, longest part first.
     dtype: ``auto``, ``float32`` or ``bfloat16`` (autocast).
+    backend: ``torch`` (default), ``openvino`` or ``auto`` (CPU only; CUDA scores with torch).
     batch_size: most pairs per forward pass (default 64 on the CPU, 128 on CUDA).
     max_batch_tokens: cap on pairs x padded length per pass (default 4096 on the CPU, none on CUDA).
     device: ``auto``, ``cpu``, ``cuda[:i]``.
@@ -52,8 +56,9 @@ class CrossEncoderScorer:
 
     def __init__(self, model: str, max_length: int = 256, dtype: str = "auto", batch_size: int | None = None,
                  max_batch_tokens: int | None = None, device: str = "auto", num_threads: int | None = None,
-                 progress: bool = True):
+                 progress: bool = True, backend: str = "torch"):
         self.model = model
+        self.backend = backend
         self.max_length = max_length
         self.dtype = dtype
         self.batch_size = batch_size
@@ -80,6 +85,8 @@ class CrossEncoderScorer:
             raise UserError(f"rerank dtype={self.dtype!r}: expected one of {', '.join(DTYPES)}")
         if not is_device_name(self.device):
             raise UserError(f"rerank device={self.device!r}: expected auto, cpu, cuda or cuda:<index>")
+        if self.backend not in BACKENDS:
+            raise UserError(f"rerank backend={self.backend!r}: expected one of {', '.join(BACKENDS)}")
 
     def _resolve_source(self) -> tuple[str, str | None, Path]:
         """(what from_pretrained loads, hub revision or None, a local directory holding config.json)."""
@@ -135,10 +142,63 @@ class CrossEncoderScorer:
         return int(labels)
 
     def _settings(self) -> tuple:
-        return (self._label, self.max_length, self.dtype, str(self.device))
+        return (self._label, self.max_length, self.dtype, str(self.device), self.backend)
 
     def identity(self) -> str:
-        """Model content (or hub revision) + max length + resolved precision: the score cache's key prefix."""
+        """Model content (or hub revision) + max length + resolved precision (+ the backend when it is OpenVINO; with
+        ``backend="auto"`` the choice recorded for this CPU decides, made first when none is): the score cache's
+        key prefix.  Torch scores keep the keys they always had."""
+        torch_identity = self._torch_identity()
+        if self.resolved_backend() == "openvino":
+            import openvino
+
+            from hardware.openvino import EXECUTION
+
+            return sha256_text(torch_identity, "backend:openvino", openvino.__version__, EXECUTION)
+        return torch_identity
+
+    def _backend_asked(self) -> str:
+        """The backend asked for where it applies: CUDA, or OpenVINO not installed, mean torch."""
+        device, _ = self._resolve_device_dtype()
+        if self.backend == "torch" or device != "cpu":
+            return "torch"
+        if not _installed("openvino"):
+            if self.backend == "openvino":
+                raise UserError("rerank backend=openvino: the openvino package is not installed (pip install openvino)")
+            return "torch"
+        return self.backend
+
+    def resolved_backend(self) -> str:
+        """``torch`` or ``openvino``: what scores.  ``auto`` takes the choice recorded for this checkpoint, precision
+        and CPU (the model is loaded and the choice made now when none is recorded); ``openvino`` falls back to
+        torch where the checkpoint could not be converted."""
+        if getattr(self, "model_", None) is not None and self._loaded_for_ == self._settings():
+            return self.backend_
+        asked = self._backend_asked()
+        if asked == "torch":
+            return "torch"
+        recorded = self._recorded_entry()
+        if recorded is None:
+            return self.load().backend_
+        if asked == "openvino":
+            return "openvino" if "weights_bytes" in recorded else "torch"
+        return recorded.get("chosen", "torch")
+
+    def _recorded_entry(self) -> dict | None:
+        from data.io import cache_dir
+        from retrievers import rerank_openvino as rov
+
+        _, dtype = self._resolve_device_dtype()
+        check = rov.RerankCheck(precision=dtype)
+        _, digest = rov.validation_source(check)
+        entry = cache_dir("rerank-openvino") / rov.entry_key(self._torch_identity(), check, digest)
+        try:
+            info = json.loads((entry / "info.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return info if isinstance(info, dict) else None
+
+    def _torch_identity(self) -> str:
         if getattr(self, "_identity_for_", None) != self._settings():
             from readers.extractive import _dir_content_hash
 
@@ -170,16 +230,21 @@ class CrossEncoderScorer:
         self.identity()
         device, dtype = (self.device_, self.dtype_) if getattr(self, "model_", None) is not None else self._resolve_device_dtype()
         pairs, tokens = self.batch_shape(device)
-        return {"model": self._label, "model_identity": self.model_identity_, "max_length": int(self.max_length),
-                "dtype": dtype, "device": device, "labels": self.labels_, "batch_size": pairs, "max_batch_tokens": tokens}
+        facts = {"model": self._label, "model_identity": self.model_identity_, "max_length": int(self.max_length),
+                 "dtype": dtype, "device": device, "labels": self.labels_, "batch_size": pairs, "max_batch_tokens": tokens,
+                 "backend": self.resolved_backend()}
+        if getattr(self, "openvino_info_", None):
+            facts["openvino"] = self.openvino_info_
+        return facts
 
     def load(self) -> "CrossEncoderScorer":
         if getattr(self, "model_", None) is not None and self._loaded_for_ == self._settings():
             return self
+        self.model_ = None
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        self.identity()
+        self._torch_identity()
         source, revision = self._source_
         device, dtype = self._resolve_device_dtype()
         if device == "cpu":
@@ -201,63 +266,105 @@ class CrossEncoderScorer:
             warn(f"rerank dtype bfloat16 on a CPU without native bf16 ({hardware.cpu_model()}): emulated, slower than float32")
         model.eval().to(device)
         self.tokenizer_, self.model_, self.device_, self.dtype_ = tokenizer, model, device, dtype
+        self.openvino_, self.openvino_info_, self.backend_ = None, None, "torch"
+        asked = self._backend_asked()
+        if asked != "torch":
+            self.openvino_, self.openvino_info_ = self._openvino_model(model, dtype)
+            if self.openvino_ is not None and (asked == "openvino" or self.openvino_info_.get("chosen") == "openvino"):
+                self.backend_ = "openvino"
+            else:
+                self.openvino_ = None
+                if asked == "openvino":
+                    print(f"note: rerank backend=openvino: {self.openvino_info_.get('reason', 'not converted')}; "
+                          "scoring with torch", file=sys.stderr)
         self._loaded_for_ = self._settings()
         return self
+
+    def _openvino_model(self, torch_model, dtype: str):
+        """``(OpenVINO cross-encoder or None, info)``: the checkpoint converted for ``dtype`` and the backend choice
+        measured on this CPU, from the cache or built now."""
+        from retrievers import rerank_openvino as rov
+
+        def score(handle, precision, questions, passages):
+            return self._score(questions, passages, handle, precision, progress=False)
+
+        example = self.tokenizer_(["Which passage answers?"] * 2, ["This passage answers it."] * 2, return_tensors="np")
+        example = {k: np.asarray(v, dtype=np.int64) for k, v in example.items() if k in self.tokenizer_.model_input_names}
+        threads = int(self.num_threads or hardware.available_cores())
+        return rov.load_or_build(self._torch_identity(), torch_model, example, score, dtype, threads, self._label)
 
     # ------------------------------------------------------------------ scoring
     def score_pairs(self, questions: list[str], passages: list[str]) -> np.ndarray:
         """float32 ``[P]`` relevance of each ``(questions[i], passages[i])`` (the head's logit or log-odds)."""
-        import torch
-
-        from readers.extractive import CPU_AUTOCAST_SPAN_MULTIPLE, _padded_span, window_batches
-
         if len(questions) != len(passages):
             raise UserError(f"rerank: {len(questions)} questions but {len(passages)} passages (one per pair)")
         if not questions:
             return np.zeros(0, np.float32)
         self.load()
+        return self._score(list(questions), list(passages), self.openvino_, self.dtype_, progress=self.progress)
+
+    def _score(self, questions: list[str], passages: list[str], openvino_model, dtype: str, progress: bool) -> np.ndarray:
+        """Scores with the torch model at ``dtype`` (``openvino_model`` None) or with an OpenVINO cross-encoder."""
+        import torch
+
+        from readers.extractive import CPU_AUTOCAST_SPAN_MULTIPLE, _padded_span, window_batches
+
         tok = self.tokenizer_
         enc = tok(list(questions), list(passages), truncation="longest_first", max_length=int(self.max_length))
         ids = enc["input_ids"]
         lengths = np.array([len(x) for x in ids], dtype=np.int64)
         order = np.argsort(-lengths, kind="stable")  # longest first: memory peaks early
-        device, dtype = self.device_, self.dtype_
-        autocast = dtype != "float32"
+        device = self.device_
+        autocast = openvino_model is None and dtype != "float32"
         multiple = CPU_AUTOCAST_SPAN_MULTIPLE if autocast and device == "cpu" else 1
         names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in enc and n in tok.model_input_names]
         pad_values = {"input_ids": tok.pad_token_id if tok.pad_token_id is not None else 0, "attention_mask": 0,
                       "token_type_ids": tok.pad_token_type_id}
+        left = tok.padding_side == "left"  # a left-padding tokenizer: its pads go first
         out = np.zeros(len(ids), np.float32)
         bar = None
-        if self.progress and len(ids) >= 256:
+        if progress and len(ids) >= 256:
             from data.progress import tqdm
 
             bar = tqdm(total=len(ids), unit="pair", desc="re-ranking", leave=False, file=sys.stderr)
         pairs, tokens = self.batch_shape(device)
         width = int(lengths.max())
-        try:
-            with torch.inference_mode():
-                for batch in window_batches(lengths[order], pairs, tokens, multiple, width):
-                    rows = order[batch]
-                    span = _padded_span(int(lengths[rows].max()), multiple, width)
-                    inputs = {}
-                    for name in names:
-                        block = np.full((len(rows), span), pad_values[name], np.int64)
-                        for i, r in enumerate(rows):
-                            seq = enc[name][r]
+
+        def batches():  # (rows, padded inputs) per forward pass
+            for batch in window_batches(lengths[order], pairs, tokens, multiple, width):
+                rows = order[batch]
+                span = _padded_span(int(lengths[rows].max()), multiple, width)
+                inputs = {}
+                for name in names:
+                    block = np.full((len(rows), span), pad_values[name], np.int64)
+                    for i, r in enumerate(rows):
+                        seq = enc[name][r]
+                        if left:
+                            block[i, span - len(seq):] = seq
+                        else:
                             block[i, : len(seq)] = seq
-                        inputs[name] = torch.from_numpy(block).to(device)
-                    if tok.padding_side == "left":  # a left-padding tokenizer: its pads go first
-                        for name in names:
-                            inputs[name] = torch.stack([torch.roll(row, int(span - lengths[r]))
-                                                        for row, r in zip(inputs[name], rows)])
-                    with attention_kernels(device), torch.autocast(device_type=device.split(":")[0],
-                                                                   dtype=torch.bfloat16, enabled=autocast):
-                        logits = self.model_(**inputs).logits.float()
-                    score = logits[:, 0] if logits.shape[1] == 1 else logits[:, 1] - logits[:, 0]
-                    out[rows] = score.cpu().numpy()
+                    inputs[name] = block
+                yield rows, inputs
+
+        def relevance(logits: np.ndarray) -> np.ndarray:
+            return logits[:, 0] if logits.shape[1] == 1 else logits[:, 1] - logits[:, 0]
+
+        try:
+            if openvino_model is not None:
+                for rows, logits in openvino_model.run(batches()):
+                    out[rows] = relevance(logits)
                     if bar is not None:
                         bar.update(len(rows))
+            else:
+                with torch.inference_mode():
+                    for rows, inputs in batches():
+                        inputs = {k: torch.from_numpy(v).to(device) for k, v in inputs.items()}
+                        with attention_kernels(device), torch.autocast(device_type=device.split(":")[0],
+                                                                       dtype=torch.bfloat16, enabled=autocast):
+                            logits = self.model_(**inputs).logits.float()
+                        out[rows] = relevance(logits.cpu().numpy())
+                        if bar is not None:
+                            bar.update(len(rows))
         finally:
             if bar is not None:
                 bar.close()
@@ -280,3 +387,9 @@ def _tokenizer_hash(directory: Path) -> str:
             h.update(name.encode())
             h.update(path.read_bytes())
     return h.hexdigest() if found else ""
+
+
+def _installed(package: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(package) is not None

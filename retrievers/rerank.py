@@ -9,7 +9,7 @@ Grammar of ``--rerank``::
 A spec without a kind is a cross-encoder (:class:`retrievers.cross_encoder.CrossEncoderScorer`): any
 sentence-transformers ``CrossEncoder`` directory or ``AutoModelForSequenceClassification`` checkpoint (a local
 directory; a hub name is only tried when given).  Bracket keys are the scorer class's constructor parameters
-(``max_length``, ``dtype``, ``batch_size``...) plus ``depth``, the first-stage hits re-scored, which belongs to
+(``max_length``, ``dtype``, ``backend``, ``batch_size``...) plus ``depth``, the first-stage hits re-scored, which belongs to
 the re-ranking stage itself.  Examples: ``/models/ce``, ``cross-encoder:/models/ce[depth=50,dtype=bfloat16]``.
 
 :data:`RERANKERS` is open to other packages through the entry-point group ``qa_retrieval_eval.rerankers``: a
@@ -100,7 +100,7 @@ def spec_depth(spec: str, default: int | None) -> int:
 
 # settings the commands give every re-ranking stage (flags, config): a scorer kind that does not take one is not
 # given it; any other option is the scorer's own and checked against its constructor
-STAGE_SETTINGS = ("max_length", "dtype", "batch_size", "device", "num_threads")
+STAGE_SETTINGS = ("max_length", "dtype", "backend", "batch_size", "device", "num_threads")
 
 
 def make_rerank_retriever(first_stage: Retriever, settings: Mapping[str, Any]) -> "RerankRetriever":

@@ -14,10 +14,11 @@ os.environ["QA_DATA_DIR"] = str(Path(os.environ["QA_DATA_DIR"]).resolve())
 # the suite's own cache (indexes, stores, embeddings, int8 readers), kept in the checkout between runs and never
 # mixed into the user's ~/.cache/qa-retrieval-eval; QA_CACHE_DIR set by the caller wins
 os.environ.setdefault("QA_CACHE_DIR", str(ROOT / ".cache" / "tests"))
-# the suite reads, encodes and embeds BERT-F1's tokens with torch unless a test asks for a backend: auto measures OpenVINO against torch
+# the suite reads, encodes, re-ranks and embeds BERT-F1's tokens with torch unless a test asks for a backend: auto measures OpenVINO against torch
 # once per checkpoint, precision and cache directory (~20 s with the shared reader), and tests use many cache directories
 os.environ.setdefault("QA_READER_BACKEND", "torch")
 os.environ.setdefault("QA_ENCODER_BACKEND", "torch")
+os.environ.setdefault("QA_RERANK_BACKEND", "torch")
 os.environ.setdefault("QA_BERTSCORE_BACKEND", "torch")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
