@@ -45,6 +45,7 @@ def main(argv=None) -> int:
 
     threads = args.threads or hardware.available_cores()
     torch.set_num_threads(threads)
+    guard = _machine.start(threads)  # the load before anything runs (loading and converting follow)
     ds = api.load_dataset("reqa_squad", "dev", limit=args.questions)
     ranking = api.retrieve("bm25", ds, depth=args.depth)
     questions, passages = [], []
@@ -68,7 +69,6 @@ def main(argv=None) -> int:
         scorer.score_pairs(questions[:64], passages[:64])  # load, convert, warm up
         scorers[name] = scorer
 
-    guard = _machine.start(threads)
     bounds = np.linspace(0, len(questions), args.blocks + 1).astype(int)
     seconds = {name: 0.0 for name in sides}
     scores = {name: np.zeros(len(questions), np.float32) for name in sides}
@@ -99,9 +99,12 @@ def main(argv=None) -> int:
         print(f"{name:<20}{rate:>9.1f}{seconds['torch float32'] / seconds[name]:>8.2f}"
               f"{seconds[auto_torch] / seconds[name]:>18.2f}{diff:>18.4f}{same:>12.1f}%")
     chosen = CrossEncoderScorer(args.model, max_length=args.max_length, backend="auto", device="cpu",
-                                num_threads=threads, progress=False)
-    print(f"per-CPU choice: --rerank-backend auto scores with {chosen.resolved_backend()} "
-          f"({(chosen.facts().get('openvino') or {}).get('reason') or 'its check passed'})")
+                                num_threads=threads, progress=False).load()
+    info = chosen.openvino_info_ or {}
+    check = info.get("check") or {}
+    print(f"per-CPU choice: --rerank-backend auto scores with {chosen.backend_} in {chosen.dtype_} "
+          f"(check: OpenVINO {check.get('speedup')}x torch, same ranking {check.get('openvino', {}).get('same_ranking_percent')}% "
+          f"against torch's {check.get('torch', {}).get('same_ranking_percent')}%{'; ' + info['reason'] if 'reason' in info else ''})")
     return _machine.finish(guard, allow_busy=args.allow_busy)
 
 

@@ -7,10 +7,11 @@ streams at once (:class:`hardware.openvino.BatchRunner`).
 How the choice is made (``backend="auto"``).  Building scores the held-out SQuAD *train* check sample
 (:func:`hardware.openvino.validation_sample`, the reader's 300 questions) with each question paired with its own
 paragraph and the next ``candidates - 1`` paragraphs of the sample, with torch float32, torch at the run's
-precision and OpenVINO at the run's precision, timing the last two after a warm-up.  OpenVINO is kept when, for
-at least :data:`MIN_SAME_RANKING` percent of the questions (99 in float32, 98.5 in bf16: the reader's
-thresholds for identical answers), it ranks the candidates exactly as torch float32 does, and it scores at least
-:data:`MIN_SPEEDUP` times as fast as torch at the run's precision; otherwise torch scores.  The converted model and
+precision and OpenVINO at the run's precision, timing the last two after a warm-up.  OpenVINO is kept when it ranks
+the candidates of as many questions exactly as torch float32 does as :data:`MIN_SAME_RANKING` asks (99% in
+float32, 98.5% in bf16: the reader's thresholds for identical answers) or as torch at the run's precision does,
+whichever is less, and it scores at least :data:`MIN_SPEEDUP` times as fast as torch at the run's precision;
+otherwise torch scores.  The converted model and
 the measurements are cached under ``$QA_CACHE_DIR/rerank-openvino/``, keyed by the scorer's identity (model
 content, max length, precision), the check sample, the OpenVINO version, how compiled models run and the CPU;
 the scores an OpenVINO scorer writes are keyed apart from torch's (its identity says so).
@@ -165,12 +166,15 @@ def measure(converted, score, pairs: list[tuple[str, str]], check: RerankCheck, 
     speedup = sides["torch"]["seconds"] / max(sides["openvino"]["seconds"], 1e-9)
     facts = {"check": {"questions": len(pairs), "candidates": shape[1], "pairs": len(questions), "split": "squad train",
                        "precision": check.precision, "speedup": round(speedup, 3), **{k: v for k, v in sides.items()}}}
-    need = MIN_SAME_RANKING[check.precision]
+    # as close to float32 as the threshold asks, or as torch at the run's precision is (bf16 moves near-tied
+    # candidates: a weakly trained cross-encoder ranked half the check questions' candidates differently in torch bf16)
+    need = min(MIN_SAME_RANKING[check.precision], sides["torch"]["same_ranking_percent"])
     agree = sides["openvino"]["same_ranking_percent"]
     if agree >= need and speedup >= MIN_SPEEDUP:
         facts["chosen"] = "openvino"
     else:
         facts["chosen"] = "torch"
         facts["reason"] = (f"OpenVINO ranked {agree:.2f}% of the check questions as torch float32 at {speedup:.2f}x torch's "
-                           f"speed (needs >= {need}% and >= {MIN_SPEEDUP}x)")
+                           f"speed (needs >= {need:.2f}%, torch {check.precision}'s agreement or "
+                           f"{MIN_SAME_RANKING[check.precision]}%, and >= {MIN_SPEEDUP}x)")
     return facts
