@@ -46,8 +46,10 @@ ALL_CORES = os.environ.setdefault("QA_TESTS_ALL_CORES", ",".join(map(str, sorted
                                   if hasattr(os, "sched_getaffinity") else "")
 
 # the files that need several cores at once (two lanes of kills, Ray actors, concurrent runs, two training
-# processes) get the worker's affinity back to every core while they run
-MULTI_CORE_FILES = ("test_kill_matrix.py", "test_ray.py", "test_shared_caches.py", "test_train.py")
+# processes, answer metrics scored in a forked process beside BERT-F1) get the worker's affinity back to every
+# core while they run
+MULTI_CORE_FILES = ("test_kill_matrix.py", "test_ray.py", "test_shared_caches.py", "test_train.py",
+                    "test_answer_metrics_speed.py")
 # the longest files first (minutes each on 2 cores; measured with --durations): ``--dist loadfile`` hands files out
 # in this order, so the short ones fill in at the end instead of one long file running alone
 LONGEST_FIRST = ("test_kill_matrix.py", "test_ray.py", "test_reader_int8.py", "test_sweep.py", "test_run_cli.py",
