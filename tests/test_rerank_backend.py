@@ -36,6 +36,7 @@ PASSAGES = ["The university was founded by a group of monks in 1209.",
             "The city lies on the Danube, which runs through its centre."]
 
 
+@pytest.mark.slow
 def test_auto_measures_once_records_its_choice_and_keys_scores_by_it(tmp_path):
     model = tiny_cross_encoder(tmp_path / "ce", 3)
     torch_scorer = scorer(model, backend="torch")
@@ -60,6 +61,7 @@ def test_auto_measures_once_records_its_choice_and_keys_scores_by_it(tmp_path):
     assert again.resolved_backend() == chosen and len(entry_infos(tmp_path / "cache")) == 1
 
 
+@pytest.mark.slow
 def test_openvino_scores_as_torch_float32_and_is_keyed_apart(tmp_path):
     model = tiny_cross_encoder(tmp_path / "ce", 4)
     qs, ps = QUESTIONS * 3, [p for p in PASSAGES for _ in range(3)]
@@ -71,6 +73,7 @@ def test_openvino_scores_as_torch_float32_and_is_keyed_apart(tmp_path):
     assert forced.identity() != scorer(model, backend="torch").identity()
 
 
+@pytest.mark.slow
 def test_the_command_reranks_on_openvino_and_records_it(tmp_path, capsys):
     model = tiny_cross_encoder(tmp_path / "ce", 5)
     runs = {}
