@@ -28,12 +28,11 @@ from data.io import sha256_text
 from hardware.openvino import (
     EXECUTION,
     BatchRunner,
+    build_checked,
     cached_entry,
     compile_for_cpu,
-    convert,
     cpu_identity,
     read_entry,
-    save_entry,
     validation_sample,
     validation_source,
 )
@@ -132,33 +131,27 @@ def load_or_build(setting: str, torch_model, tokenizer, threads: int, label: str
     (``info["chosen"]``: ``openvino-float32``, ``openvino-bfloat16`` or ``torch``), built first when missing."""
     import hardware
 
-    check = TokenCheck()
-    path, digest = validation_source(check)
-    key = entry_key(setting, check, digest)
+    check_sample = TokenCheck()
+    path, digest = validation_source(check_sample)
+    key = entry_key(setting, check_sample, digest)
     precisions = ["float32"] + (["bfloat16"] if hardware.cpu_has_native_bf16() else [])
 
     def build(staging: Path) -> None:
         import openvino as ov
 
-        from data.errors import UserError
-
-        info = {"format": FORMAT, "check_sample": asdict(check), "backend": {"openvino": ov.__version__},
+        info = {"format": FORMAT, "check_sample": asdict(check_sample), "backend": {"openvino": ov.__version__},
                 "cpu": cpu_identity()}
         print(f"note: converting BERT-F1's model '{label}' to OpenVINO once and timing it against torch on the "
               f"SQuAD train check sample; cached for later runs", file=sys.stderr)
         example = tokenizer(["Which answer?", "The converted model embeds this answer."], padding=True, return_tensors="np")
-        try:
-            converted = convert(_traceable(torch_model), {k: np.asarray(example[k], dtype=np.int64)
-                                                          for k in ("input_ids", "attention_mask")},
-                                label, what="bertscore backend openvino")
-        except UserError as err:
-            print(f"note: {err}; BERT-F1 with torch", file=sys.stderr)
-            save_entry(staging, None, {**info, "chosen": "torch", "reason": str(err)})
-            return
-        pairs, answers = validation_sample(path, check)
-        texts = [q for q, _ in pairs] + [a for golds in answers for a in golds[:1]]
-        info.update(measure(converted, torch_model, tokenizer, texts, precisions, threads))
-        save_entry(staging, converted, info)
+        def check(converted) -> dict:
+            pairs, answers = validation_sample(path, check_sample)
+            texts = [q for q, _ in pairs] + [a for golds in answers for a in golds[:1]]
+            return measure(converted, torch_model, tokenizer, texts, precisions, threads)
+
+        inputs = {k: np.asarray(example[k], dtype=np.int64) for k in ("input_ids", "attention_mask")}
+        build_checked(staging, info, _traceable(torch_model), inputs, label, "bertscore backend openvino",
+                      "BERT-F1 with torch", check)
 
     def load(entry: Path):
         info, converted = read_entry(entry)

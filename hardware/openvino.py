@@ -128,6 +128,23 @@ def read_entry(entry: Path) -> tuple[dict, object | None]:
     return info, model
 
 
+def build_checked(staging: Path, info: dict, module, example_inputs: dict, label: str, what: str, fallback: str,
+                  measure: Callable[[object], dict]) -> None:
+    """Convert ``module``, measure it (``measure(converted)``: the check and the choice, merged into ``info``) and save
+    both in ``staging``.  A module the converter cannot trace is saved as a torch choice after one line,
+    ``note: <why>; <fallback>``."""
+    import sys
+
+    try:
+        converted = convert(module, example_inputs, label, what=what)
+    except UserError as err:
+        print(f"note: {err}; {fallback}", file=sys.stderr)
+        save_entry(staging, None, {**info, "chosen": "torch", "reason": str(err)})
+        return
+    info.update(measure(converted))
+    save_entry(staging, converted, info)
+
+
 def save_entry(staging: Path, model, info: dict) -> None:
     """Write ``model`` (when not None) and ``info`` into a staging directory, the weights' size and CRC-32 recorded."""
     import openvino as ov

@@ -27,17 +27,15 @@ from typing import Callable
 
 import numpy as np
 
-from data.errors import UserError
 from data.io import sha256_text
 from hardware.openvino import (
     EXECUTION,
     BatchRunner,
+    build_checked,
     cached_entry,
     compile_for_cpu,
-    convert,
     cpu_identity,
     read_entry,
-    save_entry,
     validation_sample,
     validation_source,
 )
@@ -126,15 +124,9 @@ def load_or_build(scorer_identity: str, torch_model, example_inputs: dict,
                 "cpu": cpu_identity()}
         print(f"note: converting re-ranker '{label}' to OpenVINO {precision} once and timing it against torch on the "
               f"SQuAD train check sample; cached for later runs", file=sys.stderr)
-        try:
-            converted = convert(_traceable(torch_model), example_inputs, label, what="rerank backend openvino")
-        except UserError as err:
-            print(f"note: {err}; re-ranking with torch", file=sys.stderr)
-            save_entry(staging, None, {**info, "chosen": "torch", "reason": str(err)})
-            return
-        pairs, _ = validation_sample(path, check)
-        info.update(measure(converted, score, pairs, check, threads))
-        save_entry(staging, converted, info)
+        build_checked(staging, info, _traceable(torch_model), example_inputs, label, "rerank backend openvino",
+                      "re-ranking with torch",
+                      lambda converted: measure(converted, score, validation_sample(path, check)[0], check, threads))
 
     def load(entry: Path):
         info, converted = read_entry(entry)

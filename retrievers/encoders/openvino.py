@@ -27,12 +27,11 @@ from data.io import sha256_text
 from hardware.openvino import (
     EXECUTION,
     BatchRunner,
+    build_checked,
     cached_entry,
     compile_for_cpu,
-    convert,
     cpu_identity,
     read_entry,
-    save_entry,
     validation_sample,
     validation_source,
 )
@@ -114,30 +113,25 @@ def load_or_build(encoder_identity: str, model, encode, threads: int, label: str
     """
     import hardware
 
-    check = EncoderCheck()
-    path, digest = validation_source(check)
-    key = entry_key(encoder_identity, check, digest)
+    check_sample = EncoderCheck()
+    path, digest = validation_source(check_sample)
+    key = entry_key(encoder_identity, check_sample, digest)
     precisions = ["float32"] + (["bfloat16"] if hardware.cpu_has_native_bf16() else [])
 
     def build(staging: Path) -> None:
         import openvino as ov
 
-        from data.errors import UserError
-
-        info = {"format": FORMAT, "check_sample": asdict(check), "backend": {"openvino": ov.__version__},
+        info = {"format": FORMAT, "check_sample": asdict(check_sample), "backend": {"openvino": ov.__version__},
                 "cpu": cpu_identity()}
         print(f"note: converting encoder '{label}' to OpenVINO once and timing it against torch on the SQuAD train "
               f"check sample; cached for later runs", file=sys.stderr)
-        try:
-            converted = convert(_traceable(model), example_features(model), label, what="encoder backend openvino")
-        except UserError as err:
-            print(f"note: {err}; encoding with torch", file=sys.stderr)
-            save_entry(staging, None, {**info, "chosen": "torch", "reason": str(err)})
-            return
-        pairs, _ = validation_sample(path, check)
-        texts = [t for pair in pairs for t in pair]
-        info.update(measure(converted, encode, texts, precisions, threads))
-        save_entry(staging, converted, info)
+
+        def check(converted) -> dict:
+            pairs, _ = validation_sample(path, check_sample)
+            return measure(converted, encode, [t for pair in pairs for t in pair], precisions, threads)
+
+        build_checked(staging, info, _traceable(model), example_features(model), label, "encoder backend openvino",
+                      "encoding with torch", check)
 
     def load(entry: Path):
         info, converted = read_entry(entry)
