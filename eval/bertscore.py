@@ -284,7 +284,9 @@ def bert_f1(
 
             from hardware.openvino import EXECUTION
 
-            setting += f"|openvino-{openvino_model.precision}|{openvino.__version__}|{EXECUTION}"
+            from eval.bertscore_openvino import EMBEDDING
+
+            setting += f"|openvino-{openvino_model.precision}|{openvino.__version__}|{EXECUTION}|{EMBEDDING}"
         store = PairCache(setting, None if cache is True else Path(cache))
     known = store.scores if store is not None else {}
     missing = [k for k in todo if k not in known]
@@ -293,10 +295,14 @@ def bert_f1(
         torch_model = scorer._model  # the scorer is shared (cached per setting): the OpenVINO model only for this call
         scorer._model = openvino_model if openvino_model is not None else torch_model
         try:
+            if openvino_model is not None:  # every distinct sentence embedded at once, without padding
+                openvino_model.prepare(scorer._tokenizer, [todo[k][0] for k in missing] + [g for k in missing for g in todo[k][1]])
             _, _, f = scorer.score([todo[k][0] for k in missing], [todo[k][1] for k in missing], verbose=progress,
                                    batch_size=batch_size)
         finally:
             scorer._model = torch_model
+            if openvino_model is not None:
+                openvino_model.release()
         fresh = dict(zip(missing, f.detach().cpu().numpy().astype(np.float64).tolist()))
         if store is not None:
             store.add(fresh)

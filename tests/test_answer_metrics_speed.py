@@ -120,3 +120,20 @@ def test_bert_f1_on_openvino_is_within_its_distance_of_torch_recorded_and_cached
         bert_f1(preds[:2], golds[:2], backend="gpu")
     entries = [p for p in (Path(tmp_path) / "cache" / "bertscore-openvino").iterdir() if p.is_dir()]
     assert len(entries) == 1  # measured once, for every later call of the same model
+    # bert_f1 embeds every sentence first without padding (prepare) and bert-score's padded batches are served from
+    # those: a batch mixing served and computed rows gives each real token the embedding a padded batch gives it
+    import eval.bertscore as bs
+
+    scorer, name, layers, _ = bs._load_scorer(None, None, None, False, "en", True)
+    model, _ = bs._backend_model(scorer, "openvino", name, layers)
+    tokenizer, texts = scorer._tokenizer, [p for p in preds[:48] if p.strip()]
+    batch = tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
+    padded = model(batch["input_ids"], attention_mask=batch["attention_mask"])[0].numpy()
+    model.prepare(tokenizer, texts[::2])
+    assert len(model._ready) == len({tuple(tokenizer(t)["input_ids"]) for t in texts[::2]})
+    mixed = model(batch["input_ids"], attention_mask=batch["attention_mask"])[0].numpy()
+    assert mixed.shape == padded.shape and not model._ready  # every prepared embedding was handed over
+    real = batch["attention_mask"].numpy().astype(bool)
+    a, b = padded[real], mixed[real]
+    cosine = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    assert cosine.min() >= MIN_COSINE
