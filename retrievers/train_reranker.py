@@ -39,6 +39,9 @@ from data.io import cache_dir, sha256_text, write_json
 RECIPE = "recipe.json"
 
 
+PRECISIONS = ("float32", "bfloat16")
+
+
 @dataclass
 class Recipe:
     """Every setting of a training run (what ``recipe.json`` records and the cache key is made of)."""
@@ -54,6 +57,7 @@ class Recipe:
     max_length: int = 256
     seed: int = 13
     bm25_depth: int | None = None  # BM25 hits searched for negatives (default: 4 x negatives + 10)
+    precision: str = "float32"  # float32, or bfloat16 (autocast; the weights and optimizer stay float32)
 
     def check(self) -> "Recipe":
         for name in ("limit", "negatives", "batch_size", "max_length"):
@@ -66,6 +70,8 @@ class Recipe:
             raise UserError(f"--lr {self.lr!r}: must be between 0 and 1")
         if self.seed < 0:
             raise UserError(f"--seed {self.seed}: must be >= 0")
+        if self.precision not in PRECISIONS:
+            raise UserError(f"--precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
         if self.bm25_depth is not None and self.bm25_depth <= self.negatives:
             raise UserError(f"--bm25-depth {self.bm25_depth}: must be more than --negatives {self.negatives}")
         return self
@@ -280,6 +286,7 @@ def train(recipe: Recipe, out: str | Path | None = None, *, progress: bool = Tru
             per_device_train_batch_size=recipe.batch_size, learning_rate=recipe.lr, seed=recipe.seed,
             data_seed=recipe.seed, save_strategy="no", report_to=[], logging_strategy="epoch",
             disable_tqdm=not progress, use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0,
+            bf16=recipe.precision == "bfloat16",
         )
         trainer = Trainer(model=model, args=args, train_dataset=_Pairs(tok, pairs, recipe.max_length),
                           data_collator=DataCollatorWithPadding(tok))
@@ -323,9 +330,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=d.max_length, help="tokens per (question, passage) pair")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the question sample, the head's initialisation"
                    " and the data order")
+    p.add_argument("--precision", default=d.precision, choices=("auto",) + PRECISIONS,
+                   help="float32 (default) or bfloat16 autocast (weights and optimizer stay float32); auto: bfloat16"
+                   " where the CPU has native bf16 or on CUDA with bf16, else float32; the recipe records the one used")
     p.add_argument("--out", help="model directory to create (default: the cache, by recipe)")
     p.add_argument("--no-progress", action="store_true")
     return p
+
+
+def training_precision(asked: str) -> str:
+    """``auto`` resolved on this machine: bfloat16 where it is native (CUDA with bf16, a CPU with bf16), else float32."""
+    if asked != "auto":
+        return asked
+    import torch
+
+    import hardware
+
+    if torch.cuda.is_available():
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+    return "bfloat16" if hardware.cpu_has_native_bf16() else "float32"
 
 
 def d_base() -> str:
@@ -340,7 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         recipe = Recipe(base=args.base or d_base(), dataset=args.dataset, split=args.split, limit=args.limit,
                         negatives=args.negatives, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                        max_length=args.max_length, seed=args.seed, bm25_depth=args.bm25_depth)
+                        max_length=args.max_length, seed=args.seed, bm25_depth=args.bm25_depth,
+                        precision=training_precision(args.precision))
         out = train(recipe, args.out, progress=not args.no_progress)
         print(out)
         return 0

@@ -297,6 +297,7 @@ def test_a_killed_scoring_resumes_with_identical_scores(models, tmp_path):
     (["--negatives", "0"], "--negatives 0"),
     (["--base", "/no/such/encoder"], "no such directory"),
     (["--colour", "red"], "unrecognized arguments"),
+    (["--precision", "int8"], "--precision: invalid choice: 'int8'"),
 ])
 def test_training_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, needle):
     from retrievers.train_reranker import main
@@ -313,9 +314,12 @@ def test_training_ranks_gold_above_negatives_more_often_than_the_initial_model(t
                                            pair_accuracy, training_pairs)
 
     out = tmp_path / "trained"
+    from retrievers.train_reranker import training_precision
+
     args = ["--limit", "64", "--negatives", "2", "--epochs", "1", "--max-length", "96", "--lr", "1e-4", "--seed", "7"]
-    assert main([*args, "--out", str(out), "--no-progress"]) == 0, capsys.readouterr().err
+    assert main([*args, "--precision", "auto", "--out", str(out), "--no-progress"]) == 0, capsys.readouterr().err
     recipe = json.loads((out / "recipe.json").read_text())
+    assert recipe["recipe"]["precision"] == training_precision("auto")  # bf16 autocast where the CPU has it
     assert recipe["recipe"]["limit"] == 64 and recipe["data"]["pairs"] == recipe["data"]["positives"] + 128
     assert recipe["recipe"]["split"] == "train" and recipe["versions"]["transformers"]
     settings = Recipe(limit=64, negatives=2, epochs=1, max_length=96, lr=1e-4, seed=7)
