@@ -294,11 +294,11 @@ def bert_f1(
     if missing:
         torch_model = scorer._model  # the scorer is shared (cached per setting): the OpenVINO model only for this call
         scorer._model = openvino_model if openvino_model is not None else torch_model
+        hypotheses, references = [todo[k][0] for k in missing], [todo[k][1] for k in missing]
         try:
             if openvino_model is not None:  # every distinct sentence embedded at once, without padding
-                openvino_model.prepare(scorer._tokenizer, [todo[k][0] for k in missing] + [g for k in missing for g in todo[k][1]])
-            _, _, f = scorer.score([todo[k][0] for k in missing], [todo[k][1] for k in missing], verbose=progress,
-                                   batch_size=batch_size)
+                openvino_model.prepare(scorer._tokenizer, hypotheses + [g for golds in references for g in golds])
+            _, _, f = scorer.score(hypotheses, references, verbose=progress, batch_size=batch_size)
         finally:
             scorer._model = torch_model
             if openvino_model is not None:

@@ -91,7 +91,7 @@ class OpenVINOTokenModel:
         if not texts:
             return
         encoded = tokenizer(texts, add_special_tokens=True, truncation=True, max_length=tokenizer.model_max_length)["input_ids"]
-        by_length: dict[int, dict[bytes, np.ndarray]] = {}
+        by_length: dict[int, list[tuple[bytes, np.ndarray]]] = {}
         for ids in encoded:
             row = np.asarray(ids, dtype=np.int64)
             key = row.tobytes()
@@ -99,13 +99,12 @@ class OpenVINOTokenModel:
                 self._ready[key][1] += 1
                 continue
             self._ready[key] = [None, 1]
-            by_length.setdefault(len(row), {})[key] = row
+            by_length.setdefault(len(row), []).append((key, row))
         parts, keys = [], []
         for length, rows in sorted(by_length.items(), reverse=True):
             chunk = max(1, TOKENS_PER_BATCH // length)
-            items = list(rows.items())
-            for lo in range(0, len(items), chunk):
-                block = items[lo:lo + chunk]
+            for lo in range(0, len(rows), chunk):
+                block = rows[lo:lo + chunk]
                 ids = np.stack([r for _, r in block])
                 keys.append([k for k, _ in block])
                 parts.append((len(parts), {"input_ids": ids, "attention_mask": np.ones_like(ids)}))
@@ -137,16 +136,14 @@ class OpenVINOTokenModel:
                     del self._ready[key]
         if not served:
             return (torch.from_numpy(self._run(ids, mask)),)
-        hidden = None
         todo = [k for k in range(len(ids)) if k not in served]
-        if todo:
-            width = int(lengths[todo].max())
-            computed = self._run(ids[todo, :width], mask[todo, :width])
-            hidden = np.zeros((len(ids), ids.shape[1], computed.shape[-1]), np.float32)
+        width = int(lengths[todo].max()) if todo else 0
+        computed = self._run(ids[todo, :width], mask[todo, :width]) if todo else None
+        dim = (computed if computed is not None else next(iter(served.values()))).shape[-1]
+        hidden = np.zeros((len(ids), ids.shape[1], dim), np.float32)
+        if computed is not None:
             hidden[todo, :width] = computed
         for k, rows in served.items():
-            if hidden is None:
-                hidden = np.zeros((len(ids), ids.shape[1], rows.shape[-1]), np.float32)
             hidden[k, : len(rows)] = rows
         return (torch.from_numpy(hidden),)
 
@@ -185,17 +182,20 @@ def embed(model, tokenizer, texts: list[str]) -> list[np.ndarray]:
 
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     out: list[np.ndarray] = [np.zeros((0, 0), np.float32)] * len(texts)
-    if isinstance(model, OpenVINOTokenModel):  # as bert_f1 scores: every text embedded first, without padding
+    prepared = isinstance(model, OpenVINOTokenModel)
+    if prepared:  # as bert_f1 scores: every text embedded first, without padding
         model.prepare(tokenizer, texts)
-    with torch.inference_mode():
-        for lo in range(0, len(order), BATCH):
-            rows = order[lo:lo + BATCH]
-            enc = tokenizer([texts[i] for i in rows], padding=True, truncation=True, return_tensors="pt")
-            hidden = model(enc["input_ids"], attention_mask=enc["attention_mask"])[0].float().numpy()
-            for k, i in enumerate(rows):
-                out[i] = hidden[k, : int(enc["attention_mask"][k].sum())]
-    if isinstance(model, OpenVINOTokenModel):
-        model.release()
+    try:
+        with torch.inference_mode():
+            for lo in range(0, len(order), BATCH):
+                rows = order[lo:lo + BATCH]
+                enc = tokenizer([texts[i] for i in rows], padding=True, truncation=True, return_tensors="pt")
+                hidden = model(enc["input_ids"], attention_mask=enc["attention_mask"])[0].float().numpy()
+                for k, i in enumerate(rows):
+                    out[i] = hidden[k, : int(enc["attention_mask"][k].sum())]
+    finally:
+        if prepared:
+            model.release()
     return out
 
 

@@ -164,35 +164,30 @@ def score_cached(scorer, questions: Sequence[str], passages: Sequence[str], cach
         scores[found] = cached[found]
     todo = np.flatnonzero(np.isnan(scores))
     # one progress bar over every chunk (a scorer's own bar would start again, and print a line, for each chunk)
+    from data.progress import tqdm
+
     own_bar = getattr(scorer, "progress", None)
-    bar = None
-    if own_bar and len(todo) > chunk:
-        from data.progress import tqdm
-
-        bar = tqdm(total=len(todo), unit="pair", desc="re-ranking", leave=False)
-        scorer.progress = False
-    try:
-        for lo in range(0, len(todo), chunk):
-            rows = todo[lo : lo + chunk]
-            _score_chunk(scorer, pairs, rows, scores, keys, cache)
-            if bar is not None:
+    show = bool(own_bar) and len(todo) > chunk
+    with tqdm(total=len(todo), unit="pair", desc="re-ranking", leave=False, disable=not show) as bar:
+        if show:
+            scorer.progress = False
+        try:
+            for lo in range(0, len(todo), chunk):
+                rows = todo[lo : lo + chunk]
+                got = np.asarray(scorer.score_pairs([pairs[r][0] for r in rows], [pairs[r][1] for r in rows]),
+                                 dtype=np.float32)
+                if got.shape != (len(rows),):
+                    raise UserError(f"reranker {type(scorer).__name__}: score_pairs gave shape {got.shape} for "
+                                    f"{len(rows)} pairs")
+                got = np.where(np.isnan(got), -np.inf, got).astype(np.float32)  # NaN means "not scored yet" here
+                scores[rows] = got
+                if cache is not None:
+                    cache.add([keys[r] for r in rows], got)
                 bar.update(len(rows))
-    finally:
-        if bar is not None:
-            bar.close()
-            scorer.progress = own_bar
+        finally:
+            if show:
+                scorer.progress = own_bar
     return scores[row_of], int(len(todo)), int(len(pairs) - len(todo))
-
-
-def _score_chunk(scorer, pairs, rows, scores, keys, cache) -> None:
-    """Score ``rows`` of ``pairs`` into ``scores`` and the cache (one chunk: what a killed call keeps)."""
-    got = np.asarray(scorer.score_pairs([pairs[r][0] for r in rows], [pairs[r][1] for r in rows]), dtype=np.float32)
-    if got.shape != (len(rows),):
-        raise UserError(f"reranker {type(scorer).__name__}: score_pairs gave shape {got.shape} for {len(rows)} pairs")
-    got = np.where(np.isnan(got), -np.inf, got).astype(np.float32)  # NaN means "not scored yet" here
-    scores[rows] = got
-    if cache is not None:
-        cache.add([keys[r] for r in rows], got)
 
 
 # ------------------------------------------------------------------ the stage
