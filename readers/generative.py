@@ -42,6 +42,7 @@ import hardware
 from data.errors import UserError
 from data.io import atomic_path, cache_dir, sha256_file, sha256_text, warn
 from hardware.device import auto_device, is_device_name
+from readers.kv_cache import full_attention_only, padded_cache, roomy_cache
 from readers.prompts import ORDERS, Example, PromptTemplate, clean_answer, order_passages
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -54,6 +55,9 @@ END_OF_TURN = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|endoftext|>", "<|
 CPU_TOKEN_BUDGET = 8192  # prompt rows x padded length per generate() call on the CPU
 CPU_MAX_ROWS = 16
 CUDA_MAX_ROWS = 64
+CPU_KV_BUDGET = 1 << 30  # bytes of key-value cache per decoding batch of an n-sweep on the CPU
+CUDA_KV_BUDGET = 4 << 30
+PREFIX_BUDGET = 256 << 20  # bytes of one-row prefix caches whose (question, n) rows are decoded together
 GENERATION_VERSION = "generative-reader-v1"  # bump when decoding or clean-up changes what a key's answer is
 
 
@@ -145,6 +149,29 @@ class _Prompt:
 
     def __post_init__(self):
         self.ids = self.head + [t for b in self.blocks for t in b] + self.tail
+
+
+@dataclass
+class _Sweep:
+    """What :meth:`GenerativeReader.generate_every_n` keeps while decoding every n from shared prefixes."""
+
+    questions: list[str]
+    passages: list[list[str]]
+    todo: dict[int, list[int]]  # question -> the n's to generate
+    plans: dict[int, _Prompt]  # question -> its prompt with its top max(n) passages
+    prefix_cache: dict[int, object] = field(default_factory=dict)  # question -> one-row key-value cache of its prefix
+    prefix_seconds: dict[int, float] = field(default_factory=dict)
+    done: dict[tuple[int, int], dict] = field(default_factory=dict)  # (question, n) -> generated row
+
+    def prefix(self, q: int) -> list[int]:
+        """The head and every passage block of question ``q``'s prompt (no tail)."""
+        p = self.plans[q]
+        return p.head + [t for b in p.blocks for t in b]
+
+    def length(self, q: int, n: int) -> int:
+        """Tokens of question ``q``'s prompt head and its first ``n`` passages."""
+        p = self.plans[q]
+        return len(p.head) + sum(len(b) for b in p.blocks[:n])
 
 
 class GenerativeReader:
@@ -352,6 +379,9 @@ class GenerativeReader:
         self._stop_strings_ = ["\n"]  # decoding stops at the end of the first line
         forward = inspect.signature(model.forward).parameters
         self._cache_kw_ = "cache" if "cache" in forward else "past_key_values"
+        self._full_attention_ = full_attention_only(model.config)
+        text = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+        self._num_layers_ = int(getattr(text, "num_hidden_layers", None) or getattr(text, "n_layer", 0))
         self._logits_kw_ = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in forward), None)
         self._loaded_for_ = settings
         if device == "cpu" and dtype == "bfloat16" and not hardware.cpu_has_native_bf16():
@@ -476,7 +506,10 @@ class GenerativeReader:
                 ids[r, width - len(p.ids):] = torch.tensor(p.ids, dtype=torch.long)
                 mask[r, width - len(p.ids):] = 1
             t0 = time.perf_counter()
-            rows = self._decode(ids, mask, width, {})
+            extra = {}
+            if not self.seq2seq_ and self._full_attention_:  # room for the answer: no copy of the cache per token
+                extra[self._cache_kw_] = roomy_cache(self._num_layers_, self.max_new_tokens + 1)
+            rows = self._decode(ids, mask, width, extra)
             share = (time.perf_counter() - t0) / len(group)
             new = {}
             for p, row in zip(group, rows):
@@ -493,51 +526,112 @@ class GenerativeReader:
         return results
 
     def _every_n_with_prefix(self, questions, passages, todo: dict[int, list[int]], cache) -> dict[tuple[int, int], dict]:
-        """Per question: one forward pass over the head and its top passages, then every n decoded from that cache
-        cropped to n passages (the n's of the question as one left-padded batch)."""
+        """Per question one forward pass over the head and its top passages; then every n decoded from that cache
+        cropped to n passages.  Questions are taken in chunks (:meth:`_prefix_chunks`); a chunk's (question, n)
+        rows are sorted by length and decoded in left-padded batches within the reader's rows and
+        :data:`CPU_KV_BUDGET` / :data:`CUDA_KV_BUDGET` bytes of key-value cache, so that decoding steps are shared
+        by many rows and rows of like length are padded together."""
         import torch
 
-        done: dict[tuple[int, int], dict] = {}
+        sweep = _Sweep(questions, passages, todo, {q: self.prompt(questions[q], passages[q][: max(ns)]) for q, ns in todo.items()})
         bar = _progress(self.progress and len(todo) > 16, len(todo))
-        for q, ns in todo.items():
-            top = max(ns)
-            p = self.prompt(questions[q], passages[q][:top])
-            bounds = np.cumsum([len(p.head)] + [len(b) for b in p.blocks])  # prefix length after n passages
-            prefix = p.head + [t for b in p.blocks for t in b]
-            t0 = time.perf_counter()
-            with torch.inference_mode():
-                kv = self._prefill(prefix)
-            new: dict[str, dict] = {}
-            order = sorted(ns)  # the n's as batches within the reader's rows and padded-token budget
-            for batch in self._batches([int(bounds[n]) + len(p.tail) for n in order]):
-                group = [order[i] for i in batch]
-                lengths = [int(bounds[n]) for n in group]
-                width = max(lengths)
-                tail = p.tail
-                ids = torch.full((len(group), width + len(tail)), self.tokenizer_.pad_token_id, dtype=torch.long)
-                mask = torch.zeros_like(ids)
-                for r, length in enumerate(lengths):
-                    ids[r, width - length: width] = torch.tensor(prefix[:length], dtype=torch.long)
-                    ids[r, width:] = torch.tensor(tail, dtype=torch.long)
-                    mask[r, width - length:] = 1
-                batched = padded_cache(kv, lengths, width)
-                rows = self._decode(ids, mask, width + len(tail), {self._cache_kw_: batched})
-                for n, length, row in zip(group, lengths, rows):
-                    row.update(prompt_tokens=length + len(tail))
-                    key = self.prompt_key(questions[q], passages[q][:n])
-                    new[key] = row
-                    done[(q, n)] = row
-            share = (time.perf_counter() - t0) / len(ns)
-            for row in new.values():
-                row["seconds"] = round(share, 6)
-            if cache is not None:
-                cache.add(new)
-            hardware.release_heap()
+        order = sorted(todo, key=lambda q: (len(sweep.plans[q].tail), sweep.length(q, max(todo[q])), q))
+        for chunk in self._prefix_chunks(order, sweep):
+            for q in chunk:  # each question's prefix once
+                t0 = time.perf_counter()
+                with torch.inference_mode():
+                    sweep.prefix_cache[q] = self._prefill(sweep.prefix(q))
+                sweep.prefix_seconds[q] = time.perf_counter() - t0
+            rows = sorted(((q, n) for q in chunk for n in todo[q]),
+                          key=lambda row: (len(sweep.plans[row[0]].tail), sweep.length(*row), row))
+            for batch in self._decode_batches(rows, sweep):
+                new = self._decode_rows(batch, sweep)
+                if cache is not None:
+                    cache.add(new)
+                hardware.release_heap()
+            for q in chunk:
+                del sweep.prefix_cache[q]
             if bar is not None:
-                bar.update(1)
+                bar.update(len(chunk))
         if bar is not None:
             bar.close()
-        return done
+        return sweep.done
+
+    def _prefix_chunks(self, order: list[int], sweep: "_Sweep") -> list[list[int]]:
+        """Consecutive questions whose one-row prefix caches together stay within :data:`PREFIX_BUDGET` bytes
+        (at least one question)."""
+        per_token, chunks, current, size = self._kv_bytes_per_token(), [], [], 0
+        for q in order:
+            need = sweep.length(q, max(sweep.todo[q])) * per_token
+            if current and size + need > PREFIX_BUDGET:
+                chunks.append(current)
+                current, size = [], 0
+            current.append(q)
+            size += need
+        if current:
+            chunks.append(current)
+        return chunks
+
+    def _decode_rows(self, batch: list[tuple[int, int]], sweep: "_Sweep") -> dict[str, dict]:
+        """Decode one batch of (question, n) rows from their questions' prefix caches cropped to n passages; the
+        rows by prompt key (each row's seconds: its share of the batch and of its question's prefix pass)."""
+        import torch
+
+        t0 = time.perf_counter()
+        lengths = [sweep.length(q, n) for q, n in batch]
+        width, tail = max(lengths), sweep.plans[batch[0][0]].tail
+        ids = torch.full((len(batch), width + len(tail)), self.tokenizer_.pad_token_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, ((q, _), length) in enumerate(zip(batch, lengths)):
+            ids[r, width - length: width] = torch.tensor(sweep.prefix(q)[:length], dtype=torch.long)
+            ids[r, width:] = torch.tensor(tail, dtype=torch.long)
+            mask[r, width - length:] = 1
+        batched = padded_cache([sweep.prefix_cache[q] for q, _ in batch], lengths, width,
+                               len(tail) + self.max_new_tokens + 1)
+        decoded = self._decode(ids, mask, width + len(tail), {self._cache_kw_: batched})
+        del batched
+        share = (time.perf_counter() - t0) / len(batch)
+        new: dict[str, dict] = {}
+        for (q, n), length, row in zip(batch, lengths, decoded):
+            row.update(prompt_tokens=length + len(tail), seconds=round(share + sweep.prefix_seconds[q] / len(sweep.todo[q]), 6))
+            new[self.prompt_key(sweep.questions[q], sweep.passages[q][:n])] = row
+            sweep.done[(q, n)] = row
+        return new
+
+    def _decode_batches(self, rows: list[tuple[int, int]], sweep: "_Sweep") -> list[list[tuple[int, int]]]:
+        """Consecutive runs of ``rows`` within the reader's rows per batch and the key-value budget; a batch's rows
+        share their tail's length."""
+        limit, _ = self.batch_shape()
+        on_cpu = not str(getattr(self, "device_", self.device)).startswith("cuda")
+        budget = CPU_KV_BUDGET if on_cpu else CUDA_KV_BUDGET
+        per_token = self._kv_bytes_per_token()
+        batches, current, width = [], [], 0
+        for q, n in rows:
+            tail = len(sweep.plans[q].tail)
+            row_width = sweep.length(q, n) + tail + self.max_new_tokens
+            if current:
+                wider = max(width, row_width)
+                same_tail = len(sweep.plans[current[0][0]].tail) == tail
+                if not same_tail or len(current) >= limit or (len(current) + 1) * wider * per_token > budget:
+                    batches.append(current)
+                    current, width = [], 0
+            current.append((q, n))
+            width = max(width, row_width)
+        if current:
+            batches.append(current)
+        return batches
+
+    def _kv_bytes_per_token(self) -> int:
+        """Bytes of key-value cache one token of one row takes (all layers, keys and values)."""
+        config = self.model_.config
+        text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        layers = int(getattr(text, "num_hidden_layers", None) or getattr(text, "n_layer", 1))
+        heads = int(getattr(text, "num_key_value_heads", None) or getattr(text, "num_attention_heads", None)
+                    or getattr(text, "n_head", 1))
+        hidden = int(getattr(text, "hidden_size", None) or getattr(text, "n_embd", 64))
+        head_dim = int(getattr(text, "head_dim", None) or hidden // int(getattr(text, "num_attention_heads", None)
+                                                                       or getattr(text, "n_head", 1)))
+        return layers * 2 * heads * head_dim * self.model_.dtype.itemsize
 
     def _prefill(self, prefix: list[int]):
         import torch
@@ -698,22 +792,6 @@ def generated_length(tokens: list[int], stop_ids: list[int], tokenizer) -> int:
         if t in stops or "\n" in tokenizer.decode([t]):
             return i + 1
     return len(tokens)
-
-
-def padded_cache(kv, lengths: list[int], width: int):
-    """A batch cache: row r holds the first ``lengths[r]`` positions of the one-row ``kv``, left-padded to ``width``."""
-    import torch
-    from transformers import DynamicCache
-
-    batched = DynamicCache()
-    for index, layer in enumerate(kv.layers):
-        keys, values = [], []
-        for length in lengths:
-            pad = (0, 0, width - length, 0)
-            keys.append(torch.nn.functional.pad(layer.keys[:, :, :length], pad))
-            values.append(torch.nn.functional.pad(layer.values[:, :, :length], pad))
-        batched.update(torch.cat(keys), torch.cat(values), index)
-    return batched
 
 
 def _from_cache(out: Generations, keys: list[str], cache: GenerationCache | None) -> list[int]:

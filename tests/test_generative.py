@@ -75,6 +75,38 @@ def test_prefix_reuse_equals_fresh_prompts(tiny, kind):
     assert grid[0].prompt_tokens[0] < grid[1].prompt_tokens[0] < grid[2].prompt_tokens[0]
 
 
+def test_prefix_reuse_in_small_batches_and_chunks_equals_one_batch(tiny, monkeypatch):
+    """The (question, n) rows of several questions decoded in batches of 2 rows, and questions taken one prefix
+    chunk at a time, give the answers of one batch holding every row (float32)."""
+    import readers.generative as generative
+
+    whole = _reader(tiny["llama"]).generate_every_n(QUESTIONS, PASSAGES, 4)
+    monkeypatch.setattr(generative, "PREFIX_BUDGET", 1)  # one question per chunk
+    small = _reader(tiny["llama"], batch_size=2).generate_every_n(QUESTIONS, PASSAGES, 4)
+    for n in range(5):
+        assert small[n].raw == whole[n].raw and np.allclose(small[n].logprob, whole[n].logprob, atol=1e-4), n
+
+
+def test_roomy_cache_grows_past_its_room_and_equals_transformers_cache(tiny):
+    """Generation with a key-value cache that writes new positions in place (and must grow: room 1 for 6 new
+    tokens) equals generation with transformers' own cache, logits included."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from readers.kv_cache import roomy_cache
+
+    model = AutoModelForCausalLM.from_pretrained(tiny["llama"]).eval()
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10], [0, 0, 11, 12, 13, 14]])
+    mask = (torch.arange(6)[None, :] >= torch.tensor([[0], [2]])).long()
+    settings = dict(input_ids=ids, attention_mask=mask, max_new_tokens=6, min_new_tokens=6, do_sample=False,
+                    output_scores=True, return_dict_in_generate=True, pad_token_id=0)
+    with torch.inference_mode():
+        plain = model.generate(**settings)
+        roomy = model.generate(**settings, past_key_values=roomy_cache(model.config.num_hidden_layers, 1))
+    assert torch.equal(plain.sequences, roomy.sequences)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(plain.scores, roomy.scores))
+
+
 def test_prompt_segments_chat_template_and_orders(tiny):
     reader = _reader(tiny["llama"]).load()
     assert reader.chat_ and reader.template_.name == "short-answer"
