@@ -28,6 +28,36 @@ def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def linear_floor(model, prompt_tokens: float, rows: int = 8) -> dict:
+    """The seconds per question that the model's linear layers alone take over a prompt of ``prompt_tokens``
+    (prefill; the language-model head on one position), timed at this machine's threads and the model's dtype
+    on ``rows`` prompts at once: a ceiling on questions/s that no scheduling of the rest can pass."""
+    import collections
+
+    import torch
+
+    shapes = collections.Counter()
+    head = model.get_output_embeddings()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and module is not head:
+            shapes[(module.in_features, module.out_features)] += 1
+    dtype = next(model.parameters()).dtype
+    tokens = int(prompt_tokens * rows)
+    seconds, flops = 0.0, 0.0
+    with torch.inference_mode():
+        for (fan_in, fan_out), count in shapes.items():
+            x, w = torch.randn(tokens, fan_in, dtype=dtype), torch.randn(fan_out, fan_in, dtype=dtype)
+            torch.nn.functional.linear(x, w)
+            t0 = time.perf_counter()
+            for _ in range(3):
+                torch.nn.functional.linear(x, w)
+            seconds += count * (time.perf_counter() - t0) / 3
+            flops += count * 2.0 * tokens * fan_in * fan_out
+    per_question = seconds / rows
+    return {"linear_seconds_per_question": round(per_question, 4), "linear_ceiling_questions_per_s": round(1 / per_question, 2),
+            "linear_tflops": round(flops / seconds / 1e12, 3)}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2-135m-instruct")
@@ -66,6 +96,7 @@ def main() -> int:
     five = timed("n=5", lambda: reader.generate(qs, [p[:5] for p in passages]))
     single = timed(f"n={args.n}", lambda: reader.generate(qs, [p[: args.n] for p in passages]))
     grid = timed(f"every n 0..{args.n}", lambda: reader.generate_every_n(qs, passages, args.n))
+    floor = linear_floor(reader.model_, float(five.prompt_tokens.mean()))
     guard.finish()
     same_top = sum(a == b for a, b in zip(grid[args.n].raw, single.raw)) / len(qs)
     sample = list(range(min(args.check_every_n, len(qs))))
@@ -81,7 +112,7 @@ def main() -> int:
         "mean_prompt_tokens_n5": round(float(five.prompt_tokens.mean()), 1),
         "sweep_over_single": round(rows[f"every n 0..{args.n}"] / rows[f"n={args.n}"], 3),
         "identical_to_fresh_at_n": round(same_top, 4), "identical_to_fresh_every_n_sample": round(same_all / max(total, 1), 4),
-        "peak_rss_mib": round(rss_mib(), 1), "rss_after_load_mib": round(loaded, 1), "machine": guard.as_dict(),
+        **floor, "peak_rss_mib": round(rss_mib(), 1), "rss_after_load_mib": round(loaded, 1), "machine": guard.as_dict(),
     }
     print(guard.header())
     for name, seconds in rows.items():
@@ -90,6 +121,8 @@ def main() -> int:
           f"{same_top:.1%}, every n (sample of {len(sample)}): {result['identical_to_fresh_every_n_sample']:.1%}")
     print(f"  peak RSS {result['peak_rss_mib']:.0f} MiB ({result['peak_rss_mib'] - loaded:+.0f} MiB over the loaded model); "
           f"dtype {reader.dtype_}; mean prompt tokens at n=5: {result['mean_prompt_tokens_n5']}")
+    print(f"  linear layers alone at n=5: {floor['linear_seconds_per_question']:.3f} s a question "
+          f"({floor['linear_tflops']:.2f} TFLOP/s): at most {floor['linear_ceiling_questions_per_s']:.2f} questions/s")
     print(guard.footer())
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))

@@ -27,10 +27,11 @@ def _save(model, tokenizer, path: Path, chat: bool = False) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """Directories of three tiny random checkpoints: llama (with a chat template), gpt2 (base), t5 (seq2seq)."""
+    """Directories of tiny random checkpoints: llama (with a chat template), gpt2 (base), t5 (seq2seq), gemma3
+    (sliding-window and full-attention layers)."""
     import torch
-    from transformers import (AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, T5Config,
-                              T5ForConditionalGeneration)
+    from transformers import (AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                              LlamaForCausalLM, T5Config, T5ForConditionalGeneration)
 
     root = tmp_path_factory.mktemp("tiny-generators")
     tok = AutoTokenizer.from_pretrained(READER)
@@ -41,10 +42,14 @@ def tiny(tmp_path_factory):
     llama = LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, **ids))
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=2048, **ids))
+    gemma3 = Gemma3ForCausalLM(Gemma3TextConfig(  # every other layer attends over a sliding window of 6 tokens
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, sliding_window=6, layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=2048, **ids))
     t5 = T5ForConditionalGeneration(T5Config(vocab_size=vocab, d_model=32, d_ff=64, d_kv=8, num_layers=2, num_heads=4,
                                              decoder_start_token_id=tok.pad_token_id, **ids))
     return {"llama": _save(llama, tok, root / "llama", chat=True), "gpt2": _save(gpt2, tok, root / "gpt2"),
-            "t5": _save(t5, tok, root / "t5")}
+            "t5": _save(t5, tok, root / "t5"), "gemma3": _save(gemma3, tok, root / "gemma3")}
 
 
 QUESTIONS = ["Which team won Super Bowl 50?", "Who was the NFL Commissioner?", "Where was the game played?"]
@@ -60,7 +65,7 @@ def _reader(path, **options):
     return GenerativeReader(str(path), **settings)
 
 
-@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "gemma3"])
 def test_prefix_reuse_equals_fresh_prompts(tiny, kind):
     """Every n decoded from the shared prefix's key-value cache gives the fresh prompt's answer (float32)."""
     reader = _reader(tiny[kind])
