@@ -58,7 +58,7 @@ class Recipe:
     dataset: str = "reqa_squad"
     split: str = "train"
     limit: int = 1000
-    negatives: int = 4
+    negatives: int = 8  # 8 re-ranked better than 4 (pointwise, 1,000 questions: MRR 0.7829 against 0.7657)
     epochs: float = 1.0
     batch_size: int = 16
     lr: float = 5e-5
@@ -422,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default=d.dataset, help="a ReQA-style dataset with gold sentences (default reqa_squad)")
     p.add_argument("--split", default=d.split, help="its training split (an evaluation split is refused)")
     p.add_argument("--limit", type=int, default=d.limit, help="training questions (a seeded sample)")
-    p.add_argument("--negatives", type=int, default=d.negatives, help="BM25 hard negatives per question")
+    p.add_argument("--negatives", type=int, default=d.negatives, help="BM25 hard negatives per question (default 8)")
     p.add_argument("--bm25-depth", type=int, default=None, help="BM25 hits searched for negatives (default 4 x negatives + 10)")
     p.add_argument("--negative-pick", default=d.negative_pick, choices=NEGATIVE_PICKS,
                    help="top: BM25's first eligible hits (default); sample: a seeded sample of the eligible hits"
