@@ -42,7 +42,7 @@ import hardware
 from data.errors import UserError
 from data.io import atomic_path, cache_dir, sha256_file, sha256_text, warn
 from hardware.device import auto_device, is_device_name
-from readers.kv_cache import full_attention_only, padded_cache, roomy_cache
+from readers.kv_cache import full_attention_only, kv_bytes_per_token, num_layers, padded_cache, roomy_cache
 from readers.prompts import ORDERS, Example, PromptTemplate, clean_answer, order_passages
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -380,8 +380,8 @@ class GenerativeReader:
         forward = inspect.signature(model.forward).parameters
         self._cache_kw_ = "cache" if "cache" in forward else "past_key_values"
         self._full_attention_ = full_attention_only(model.config)
-        text = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
-        self._num_layers_ = int(getattr(text, "num_hidden_layers", None) or getattr(text, "n_layer", 0))
+        self._num_layers_ = num_layers(model.config)
+        self._kv_bytes_ = kv_bytes_per_token(model.config, torch_dtype.itemsize)
         self._logits_kw_ = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in forward), None)
         self._loaded_for_ = settings
         if device == "cpu" and dtype == "bfloat16" and not hardware.cpu_has_native_bf16():
@@ -478,17 +478,12 @@ class GenerativeReader:
 
     def _batches(self, lengths: list[int]) -> list[list[int]]:
         rows, tokens = self.batch_shape()
-        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-        batches, current = [], []
-        for i in order:
-            width = max([lengths[j] for j in current] + [lengths[i]]) + self.max_new_tokens
-            if current and (len(current) >= rows or (tokens is not None and width * (len(current) + 1) > tokens)):
-                batches.append(current)
-                current = []
-            current.append(i)
-        if current:
-            batches.append(current)
-        return batches
+
+        def fits(run: list[int], i: int) -> bool:
+            width = max(lengths[j] for j in [*run, i]) + self.max_new_tokens
+            return len(run) < rows and (tokens is None or width * (len(run) + 1) <= tokens)
+
+        return _runs(sorted(range(len(lengths)), key=lambda i: lengths[i]), fits)
 
     def _generate_prompts(self, prompts: list[_Prompt], cache: GenerationCache | None) -> dict[str, dict]:
         """Generate for fresh prompts, batched by length (left padding); each batch reaches the cache when done."""
@@ -560,17 +555,10 @@ class GenerativeReader:
     def _prefix_chunks(self, order: list[int], sweep: "_Sweep") -> list[list[int]]:
         """Consecutive questions whose one-row prefix caches together stay within :data:`PREFIX_BUDGET` bytes
         (at least one question)."""
-        per_token, chunks, current, size = self._kv_bytes_per_token(), [], [], 0
-        for q in order:
-            need = sweep.length(q, max(sweep.todo[q])) * per_token
-            if current and size + need > PREFIX_BUDGET:
-                chunks.append(current)
-                current, size = [], 0
-            current.append(q)
-            size += need
-        if current:
-            chunks.append(current)
-        return chunks
+        def need(q: int) -> int:
+            return sweep.length(q, max(sweep.todo[q])) * self._kv_bytes_
+
+        return _runs(order, lambda run, q: sum(map(need, run)) + need(q) <= PREFIX_BUDGET)
 
     def _decode_rows(self, batch: list[tuple[int, int]], sweep: "_Sweep") -> dict[str, dict]:
         """Decode one batch of (question, n) rows from their questions' prefix caches cropped to n passages; the
@@ -604,34 +592,15 @@ class GenerativeReader:
         limit, _ = self.batch_shape()
         on_cpu = not str(getattr(self, "device_", self.device)).startswith("cuda")
         budget = CPU_KV_BUDGET if on_cpu else CUDA_KV_BUDGET
-        per_token = self._kv_bytes_per_token()
-        batches, current, width = [], [], 0
-        for q, n in rows:
-            tail = len(sweep.plans[q].tail)
-            row_width = sweep.length(q, n) + tail + self.max_new_tokens
-            if current:
-                wider = max(width, row_width)
-                same_tail = len(sweep.plans[current[0][0]].tail) == tail
-                if not same_tail or len(current) >= limit or (len(current) + 1) * wider * per_token > budget:
-                    batches.append(current)
-                    current, width = [], 0
-            current.append((q, n))
-            width = max(width, row_width)
-        if current:
-            batches.append(current)
-        return batches
 
-    def _kv_bytes_per_token(self) -> int:
-        """Bytes of key-value cache one token of one row takes (all layers, keys and values)."""
-        config = self.model_.config
-        text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-        layers = int(getattr(text, "num_hidden_layers", None) or getattr(text, "n_layer", 1))
-        heads = int(getattr(text, "num_key_value_heads", None) or getattr(text, "num_attention_heads", None)
-                    or getattr(text, "n_head", 1))
-        hidden = int(getattr(text, "hidden_size", None) or getattr(text, "n_embd", 64))
-        head_dim = int(getattr(text, "head_dim", None) or hidden // int(getattr(text, "num_attention_heads", None)
-                                                                       or getattr(text, "n_head", 1)))
-        return layers * 2 * heads * head_dim * self.model_.dtype.itemsize
+        def tail(row) -> int:
+            return len(sweep.plans[row[0]].tail)
+
+        def fits(run: list[tuple[int, int]], row: tuple[int, int]) -> bool:
+            width = max(sweep.length(*r) + tail(r) + self.max_new_tokens for r in [*run, row])
+            return tail(run[0]) == tail(row) and len(run) < limit and (len(run) + 1) * width * self._kv_bytes_ <= budget
+
+        return _runs(rows, fits)
 
     def _prefill(self, prefix: list[int]):
         import torch
@@ -792,6 +761,20 @@ def generated_length(tokens: list[int], stop_ids: list[int], tokenizer) -> int:
         if t in stops or "\n" in tokenizer.decode([t]):
             return i + 1
     return len(tokens)
+
+
+def _runs(items: list, fits) -> list[list]:
+    """``items`` cut into consecutive runs: a run takes the next item while ``fits(run, item)``; every run holds at
+    least one item."""
+    runs, current = [], []
+    for item in items:
+        if current and not fits(current, item):
+            runs.append(current)
+            current = []
+        current.append(item)
+    if current:
+        runs.append(current)
+    return runs
 
 
 def _from_cache(out: Generations, keys: list[str], cache: GenerationCache | None) -> list[int]:

@@ -74,9 +74,29 @@ def roomy_layer(room: int):
     return _ROOMY(room)
 
 
+def decoder_config(config):
+    """The decoder's part of a model config (a multimodal or encoder-decoder config holds it inside)."""
+    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+
+
+def num_layers(config) -> int:
+    """Decoder layers of ``config`` (``num_hidden_layers``, or GPT-2's ``n_layer``)."""
+    text = decoder_config(config)
+    return int(getattr(text, "num_hidden_layers", None) or getattr(text, "n_layer", 0))
+
+
+def kv_bytes_per_token(config, itemsize: int) -> int:
+    """Bytes of key-value cache one token of one row takes: every layer's keys and values."""
+    text = decoder_config(config)
+    heads = int(getattr(text, "num_attention_heads", None) or getattr(text, "n_head", 1))
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(text, "head_dim", None) or int(getattr(text, "hidden_size", None) or getattr(text, "n_embd")) // heads)
+    return max(num_layers(config), 1) * 2 * kv_heads * head_dim * int(itemsize)
+
+
 def full_attention_only(config) -> bool:
     """Whether every decoder layer of ``config`` attends over the whole sequence (no sliding window)."""
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    text = decoder_config(config)
     types = getattr(text, "layer_types", None)
     if types:
         return all(t == "full_attention" for t in types)
