@@ -16,10 +16,11 @@ in the cache) or an alias of a checkpoint shipped in a Python package (:data:`AL
 * **Cache**: every generation is kept in a :class:`GenerationCache` keyed by the reader's identity (model
   content, template text, few-shot examples, order, decoding settings, precision) and the question and
   passages, so a killed run resumes and a sweep never generates the same prompt twice.
-* **Every n at once** (:meth:`GenerativeReader.generate_every_n`): with the passages in rank order, the
-  prompt for n + 1 passages extends the prompt for n.  The key-value cache of one question's head and top N
-  passages is computed once; each n's decoding starts from it cropped to n passages, the n's of a question
-  decoded as one left-padded batch.  Seq2seq models and the other orders read each n afresh.
+* **Shared prefixes**: prompts that begin alike are prefilled once (:class:`_Shared`).  With the passages in
+  rank order the prompt for n + 1 passages extends the prompt for n, so :meth:`GenerativeReader.generate_every_n`
+  computes the key-value cache of one question's head and top N passages once and decodes each n from it
+  cropped to n passages; prompts that share only their first passages continue one another's cache.  Seq2seq
+  models read each prompt whole.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import hardware
 from data.errors import UserError
 from data.io import atomic_path, cache_dir, sha256_file, sha256_text, warn
 from hardware.device import auto_device, is_device_name
-from readers.kv_cache import full_attention_only, kv_bytes_per_token, num_layers, padded_cache, roomy_cache
+from readers.kv_cache import extended_copy, full_attention_only, kv_bytes_per_token, num_layers, padded_cache, roomy_cache
 from readers.prompts import ORDERS, Example, PromptTemplate, clean_answer, order_passages
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -150,28 +151,57 @@ class _Prompt:
     def __post_init__(self):
         self.ids = self.head + [t for b in self.blocks for t in b] + self.tail
 
+    @property
+    def prefix(self) -> list[int]:
+        """The head and passage blocks (no tail): what a key-value cache is kept of."""
+        return self.ids[: len(self.ids) - len(self.tail)]
+
+
+def _is_prefix(short: list[list[int]], long: list[list[int]]) -> bool:
+    return len(short) <= len(long) and long[: len(short)] == short
+
+
+def _common_length(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
 
 @dataclass
-class _Sweep:
-    """What :meth:`GenerativeReader.generate_every_n` keeps while decoding every n from shared prefixes."""
+class _Shared:
+    """Prompts planned around shared prefixes: each *base* is prefilled once (continuing from the previous base of
+    its question where they begin alike), and each prompt is decoded from its base's key-value cache cropped to
+    its own head and passages.  A prompt is a base unless its passage blocks begin another prompt's of the same
+    head and tail; then it joins that one (the n-sweep's prompts of a question all join its top N)."""
 
-    questions: list[str]
-    passages: list[list[str]]
-    todo: dict[int, list[int]]  # question -> the n's to generate
-    plans: dict[int, _Prompt]  # question -> its prompt with its top max(n) passages
-    prefix_cache: dict[int, object] = field(default_factory=dict)  # question -> one-row key-value cache of its prefix
-    prefix_seconds: dict[int, float] = field(default_factory=dict)
-    done: dict[tuple[int, int], dict] = field(default_factory=dict)  # (question, n) -> generated row
+    bases: list[_Prompt]
+    shared: list[int]  # tokens base i shares with base i - 1 (0 when none or another head)
+    rows: list[list[_Prompt]]  # per base: the prompts decoded from it (the base itself included)
+    caches: dict[int, object] = field(default_factory=dict)
+    seconds: dict[int, float] = field(default_factory=dict)
 
-    def prefix(self, q: int) -> list[int]:
-        """The head and every passage block of question ``q``'s prompt (no tail)."""
-        p = self.plans[q]
-        return p.head + [t for b in p.blocks for t in b]
-
-    def length(self, q: int, n: int) -> int:
-        """Tokens of question ``q``'s prompt head and its first ``n`` passages."""
-        p = self.plans[q]
-        return len(p.head) + sum(len(b) for b in p.blocks[:n])
+    @classmethod
+    def plan(cls, prompts: list[_Prompt]) -> "_Shared":
+        groups: dict[tuple, list[_Prompt]] = {}
+        for p in prompts:
+            groups.setdefault((tuple(p.head), tuple(p.tail)), []).append(p)
+        bases, shared, rows = [], [], []
+        for group in sorted(groups.values(), key=lambda g: (len(g[0].tail), max(len(p.ids) for p in g))):
+            group = sorted(group, key=lambda p: p.blocks)  # lexicographic: a prompt's extensions follow it at once
+            own: list[tuple[_Prompt, list[_Prompt]]] = []
+            for p in reversed(group):
+                if own and _is_prefix(p.blocks, own[-1][0].blocks):
+                    own[-1][1].append(p)
+                else:
+                    own.append((p, [p]))
+            own.reverse()
+            for i, (base, members) in enumerate(own):
+                bases.append(base)
+                shared.append(0 if i == 0 else min(_common_length(own[i - 1][0].prefix, base.prefix), len(base.prefix) - 1))
+                rows.append(members)
+        return cls(bases, shared, rows)
 
 
 class GenerativeReader:
@@ -190,7 +220,8 @@ class GenerativeReader:
     device: ``auto``, ``cpu`` or ``cuda[:i]``.
     batch_size: most prompts per ``generate`` call (default 16 on the CPU, 64 on CUDA).
     max_batch_tokens: caps prompts x padded length per call (default 8,192 on the CPU, none on CUDA).
-    prefix_reuse: let :meth:`generate_every_n` reuse the shared prompt prefix (causal models, ``rank`` order).
+    prefix_reuse: prompts that begin alike share their prefill (causal models; :class:`_Shared`); ``False``:
+        whole prompts in left-padded batches.
     num_threads: CPU threads for torch.
     """
 
@@ -392,13 +423,21 @@ class GenerativeReader:
     def _tokens(self, text: str) -> list[int]:
         return list(self.tokenizer_(text, add_special_tokens=False)["input_ids"]) if text else []
 
-    def prompt(self, question: str, passages: Sequence[str]) -> _Prompt:
-        """The prompt for ``question`` and its passages (rank order; put in the reader's ``order`` here)."""
+    def prompt(self, question: str, passages: Sequence[str], memo: dict | None = None) -> _Prompt:
+        """The prompt for ``question`` and its passages (rank order; put in the reader's ``order`` here).
+        ``memo``: a dict kept across calls so that a text met again (a head, a passage block) is tokenized once."""
         template = self.template_
         head, blocks, tail = template.parts(question, order_passages(passages, self.order), self.examples[: self.shots])
         chat_head, chat_tail = self._wrap_
-        return _Prompt(key=self.prompt_key(question, passages), head=self._special_prefix_ + self._tokens(chat_head + head),
-                       blocks=[self._tokens(b) for b in blocks], tail=self._tokens(tail + chat_tail))
+        memo = {} if memo is None else memo
+
+        def tokens(text: str) -> list[int]:
+            if text not in memo:
+                memo[text] = self._tokens(text)
+            return memo[text]
+
+        return _Prompt(key=self.prompt_key(question, passages), head=self._special_prefix_ + tokens(chat_head + head),
+                       blocks=[tokens(b) for b in blocks], tail=tokens(tail + chat_tail))
 
     def prompt_key(self, question: str, passages: Sequence[str]) -> str:
         return sha256_text(self.identity(), question, "\x1f".join(passages), str(len(passages)))
@@ -410,7 +449,10 @@ class GenerativeReader:
 
     # ------------------------------------------------------------------ generation
     def generate(self, questions: Sequence[str], passages: Sequence[Sequence[str]], cache: GenerationCache | None = None) -> Generations:
-        """The answer of each ``questions[i]`` reading ``passages[i]`` (its top n, rank order; n = 0 reads none)."""
+        """The answer of each ``questions[i]`` reading ``passages[i]`` (its top n, rank order; n = 0 reads none).
+
+        Prompts that begin alike share their prefill (:attr:`prefix_reuse`): each prompt's key-value cache is
+        computed once per shared prefix, and a prompt whose passages begin another's is decoded from that one's."""
         questions, passages = list(questions), [list(p) for p in passages]
         if len(questions) != len(passages):
             raise UserError(f"reader: {len(questions)} questions but {len(passages)} passage lists")
@@ -422,10 +464,11 @@ class GenerativeReader:
         keys = [self.prompt_key(q, p) for q, p in zip(questions, passages)]
         todo = _from_cache(out, keys, cache)
         if todo:
-            prompts = {}
+            prompts, blocks = {}, {}
             for i in todo:  # duplicates within the call are generated once
-                prompts.setdefault(keys[i], (i, self.prompt(questions[i], passages[i])))
-            rows = self._generate_prompts([p for _, p in prompts.values()], cache)
+                if keys[i] not in prompts:
+                    prompts[keys[i]] = self.prompt(questions[i], passages[i], blocks)
+            rows = self._generate_prompts(list(prompts.values()), cache)
             for i in todo:
                 _set(out, i, rows[keys[i]])
             out.n_read = len(prompts)
@@ -435,35 +478,19 @@ class GenerativeReader:
     def generate_every_n(self, questions: Sequence[str], passages: Sequence[Sequence[str]], n_max: int,
                          cache: GenerationCache | None = None) -> list[Generations]:
         """For every n = 0..n_max the answer of each question reading its top n (never past its passages: a question
-        with k < n passages answers as at k).  Returns ``n_max + 1`` :class:`Generations`, index n."""
+        with k < n passages answers as at k).  Returns ``n_max + 1`` :class:`Generations`, index n.
+
+        In ``rank`` order the prompt for n + 1 passages extends the prompt for n, so a question's head and top N
+        passages are prefilled once and every n is decoded from that cache (:meth:`generate`)."""
         questions, passages = list(questions), [list(p) for p in passages]
-        self.load()
-        self._check_examples()
-        grid = [Generations.empty(len(questions)) for _ in range(n_max + 1)]
         have = [min(len(p), n_max) for p in passages]
-        keys = {(q, n): self.prompt_key(questions[q], passages[q][:n]) for q in range(len(questions)) for n in range(have[q] + 1)}
-        todo: dict[int, list[int]] = {}
-        for (q, n), key in keys.items():
-            row = cache.get(key) if cache is not None else None
-            if row is None:
-                todo.setdefault(q, []).append(n)
-            else:
-                _set(grid[n], q, row)
-                grid[n].n_reused += 1
-        reuse = self.prefix_reuse and not self.seq2seq_ and self.order == "rank"
-        if todo and reuse:
-            done = self._every_n_with_prefix(questions, passages, todo, cache)
-        elif todo:
-            done = {}
-            for n in range(n_max + 1):
-                qs = [q for q, ns in todo.items() if n in ns]
-                rows = self._generate_prompts([self.prompt(questions[q], passages[q][:n]) for q in qs], cache) if qs else {}
-                done.update({(q, n): rows[keys[(q, n)]] for q in qs})
-        else:
-            done = {}
-        for (q, n), row in done.items():
-            _set(grid[n], q, row)
-            grid[n].n_read += 1
+        cells = [(q, n) for q in range(len(questions)) for n in range(have[q] + 1)]
+        flat = self.generate([questions[q] for q, _ in cells], [passages[q][:n] for q, n in cells], cache=cache)
+        grid = [Generations.empty(len(questions)) for _ in range(n_max + 1)]
+        for i, (q, n) in enumerate(cells):
+            _copy(grid[n], q, flat, i)
+            grid[n].seconds[q] = flat.seconds[i]
+        grid[0].n_read, grid[0].n_reused = flat.n_read, flat.n_reused  # the call's totals, as generate counts them
         for q in range(len(questions)):  # past a question's passages: its answer at its last n
             for n in range(have[q] + 1, n_max + 1):
                 _copy(grid[n], q, grid[have[q]], q)
@@ -476,6 +503,12 @@ class GenerativeReader:
         tokens = self.max_batch_tokens or (CPU_TOKEN_BUDGET if on_cpu else None)
         return int(rows), tokens
 
+    def _generate_prompts(self, prompts: list[_Prompt], cache: GenerationCache | None) -> dict[str, dict]:
+        """Every prompt's generation by key; each decoding batch reaches the cache when done."""
+        if self.prefix_reuse and not self.seq2seq_:
+            return self._generate_shared(prompts, cache)
+        return self._generate_padded(prompts, cache)
+
     def _batches(self, lengths: list[int]) -> list[list[int]]:
         rows, tokens = self.batch_shape()
 
@@ -485,8 +518,9 @@ class GenerativeReader:
 
         return _runs(sorted(range(len(lengths)), key=lambda i: lengths[i]), fits)
 
-    def _generate_prompts(self, prompts: list[_Prompt], cache: GenerationCache | None) -> dict[str, dict]:
-        """Generate for fresh prompts, batched by length (left padding); each batch reaches the cache when done."""
+    def _generate_padded(self, prompts: list[_Prompt], cache: GenerationCache | None) -> dict[str, dict]:
+        """Whole prompts, batched by length (left padding), prefilled and decoded by ``generate`` (seq2seq models,
+        and causal ones with ``prefix_reuse`` off)."""
         import torch
 
         results: dict[str, dict] = {}
@@ -520,94 +554,92 @@ class GenerativeReader:
             bar.close()
         return results
 
-    def _every_n_with_prefix(self, questions, passages, todo: dict[int, list[int]], cache) -> dict[tuple[int, int], dict]:
-        """Per question one forward pass over the head and its top passages; then every n decoded from that cache
-        cropped to n passages.  Questions are taken in chunks (:meth:`_prefix_chunks`); a chunk's (question, n)
-        rows are sorted by length and decoded in left-padded batches within the reader's rows and
+    def _generate_shared(self, prompts: list[_Prompt], cache: GenerationCache | None) -> dict[str, dict]:
+        """Prefill each base of :meth:`_Shared.plan` alone (one row, no padding: causal attention), continuing from
+        the previous base's cache over the tokens they share; then decode every prompt from its base's cache.
+
+        Bases are taken in chunks whose one-row caches stay within :data:`PREFIX_BUDGET` bytes; a chunk's prompts
+        are sorted by length and decoded in left-padded batches within the reader's rows and
         :data:`CPU_KV_BUDGET` / :data:`CUDA_KV_BUDGET` bytes of key-value cache, so that decoding steps are shared
-        by many rows and rows of like length are padded together."""
+        by many prompts and prompts of like length are padded together."""
         import torch
 
-        sweep = _Sweep(questions, passages, todo, {q: self.prompt(questions[q], passages[q][: max(ns)]) for q, ns in todo.items()})
-        bar = _progress(self.progress and len(todo) > 16, len(todo))
-        order = sorted(todo, key=lambda q: (len(sweep.plans[q].tail), sweep.length(q, max(todo[q])), q))
-        for chunk in self._prefix_chunks(order, sweep):
-            for q in chunk:  # each question's prefix once
+        plan = _Shared.plan(prompts)
+        results: dict[str, dict] = {}
+        bar = _progress(self.progress and len(prompts) > 64, len(prompts))
+        chunks = _runs(list(range(len(plan.bases))),
+                       lambda run, b: sum(len(plan.bases[i].prefix) for i in [*run, b]) * self._kv_bytes_ <= PREFIX_BUDGET)
+        previous = None  # (base, cache) last prefilled: the next base of its head continues from it
+        for chunk in chunks:
+            for b in chunk:
                 t0 = time.perf_counter()
+                start = plan.shared[b] if previous is not None and previous[0] == b - 1 else 0
                 with torch.inference_mode():
-                    sweep.prefix_cache[q] = self._prefill(sweep.prefix(q))
-                sweep.prefix_seconds[q] = time.perf_counter() - t0
-            rows = sorted(((q, n) for q in chunk for n in todo[q]),
-                          key=lambda row: (len(sweep.plans[row[0]].tail), sweep.length(*row), row))
-            for batch in self._decode_batches(rows, sweep):
-                new = self._decode_rows(batch, sweep)
+                    plan.caches[b] = self._prefill(plan.bases[b].prefix, previous[1] if start else None, start)
+                plan.seconds[b] = time.perf_counter() - t0
+                previous = (b, plan.caches[b])
+            rows = sorted(((b, p) for b in chunk for p in plan.rows[b]),
+                          key=lambda row: (len(row[1].tail), len(row[1].prefix), row[1].key))
+            for batch in self._decode_batches(rows):
+                new = self._decode_rows(batch, plan)
                 if cache is not None:
                     cache.add(new)
+                results.update(new)
                 hardware.release_heap()
-            for q in chunk:
-                del sweep.prefix_cache[q]
-            if bar is not None:
-                bar.update(len(chunk))
+                if bar is not None:
+                    bar.update(len(batch))
+            for b in chunk:
+                del plan.caches[b]
         if bar is not None:
             bar.close()
-        return sweep.done
+        return results
 
-    def _prefix_chunks(self, order: list[int], sweep: "_Sweep") -> list[list[int]]:
-        """Consecutive questions whose one-row prefix caches together stay within :data:`PREFIX_BUDGET` bytes
-        (at least one question)."""
-        def need(q: int) -> int:
-            return sweep.length(q, max(sweep.todo[q])) * self._kv_bytes_
-
-        return _runs(order, lambda run, q: sum(map(need, run)) + need(q) <= PREFIX_BUDGET)
-
-    def _decode_rows(self, batch: list[tuple[int, int]], sweep: "_Sweep") -> dict[str, dict]:
-        """Decode one batch of (question, n) rows from their questions' prefix caches cropped to n passages; the
-        rows by prompt key (each row's seconds: its share of the batch and of its question's prefix pass)."""
+    def _decode_rows(self, batch: list[tuple[int, _Prompt]], plan: _Shared) -> dict[str, dict]:
+        """Decode one batch of (base, prompt) rows, each from its base's cache cropped to its own prefix and then
+        its tail; the rows by prompt key (each row's seconds: its share of the batch and of its base's prefill)."""
         import torch
 
         t0 = time.perf_counter()
-        lengths = [sweep.length(q, n) for q, n in batch]
-        width, tail = max(lengths), sweep.plans[batch[0][0]].tail
-        ids = torch.full((len(batch), width + len(tail)), self.tokenizer_.pad_token_id, dtype=torch.long)
+        lengths = [len(p.prefix) for _, p in batch]
+        width, tail = max(lengths), len(batch[0][1].tail)
+        ids = torch.full((len(batch), width + tail), self.tokenizer_.pad_token_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
-        for r, ((q, _), length) in enumerate(zip(batch, lengths)):
-            ids[r, width - length: width] = torch.tensor(sweep.prefix(q)[:length], dtype=torch.long)
-            ids[r, width:] = torch.tensor(tail, dtype=torch.long)
+        for r, ((_, p), length) in enumerate(zip(batch, lengths)):
+            ids[r, width - length:] = torch.tensor(p.ids, dtype=torch.long)
             mask[r, width - length:] = 1
-        batched = padded_cache([sweep.prefix_cache[q] for q, _ in batch], lengths, width,
-                               len(tail) + self.max_new_tokens + 1)
-        decoded = self._decode(ids, mask, width + len(tail), {self._cache_kw_: batched})
+        batched = padded_cache([plan.caches[b] for b, _ in batch], lengths, width, tail + self.max_new_tokens + 1)
+        decoded = self._decode(ids, mask, width + tail, {self._cache_kw_: batched})
         del batched
         share = (time.perf_counter() - t0) / len(batch)
         new: dict[str, dict] = {}
-        for (q, n), length, row in zip(batch, lengths, decoded):
-            row.update(prompt_tokens=length + len(tail), seconds=round(share + sweep.prefix_seconds[q] / len(sweep.todo[q]), 6))
-            new[self.prompt_key(sweep.questions[q], sweep.passages[q][:n])] = row
-            sweep.done[(q, n)] = row
+        for (b, p), row in zip(batch, decoded):
+            row.update(prompt_tokens=len(p.ids), seconds=round(share + plan.seconds[b] / len(plan.rows[b]), 6))
+            new[p.key] = row
         return new
 
-    def _decode_batches(self, rows: list[tuple[int, int]], sweep: "_Sweep") -> list[list[tuple[int, int]]]:
+    def _decode_batches(self, rows: list[tuple[int, _Prompt]]) -> list[list[tuple[int, _Prompt]]]:
         """Consecutive runs of ``rows`` within the reader's rows per batch and the key-value budget; a batch's rows
         share their tail's length."""
         limit, _ = self.batch_shape()
         on_cpu = not str(getattr(self, "device_", self.device)).startswith("cuda")
         budget = CPU_KV_BUDGET if on_cpu else CUDA_KV_BUDGET
 
-        def tail(row) -> int:
-            return len(sweep.plans[row[0]].tail)
-
-        def fits(run: list[tuple[int, int]], row: tuple[int, int]) -> bool:
-            width = max(sweep.length(*r) + tail(r) + self.max_new_tokens for r in [*run, row])
-            return tail(run[0]) == tail(row) and len(run) < limit and (len(run) + 1) * width * self._kv_bytes_ <= budget
+        def fits(run: list[tuple[int, _Prompt]], row: tuple[int, _Prompt]) -> bool:
+            width = max(len(p.ids) + self.max_new_tokens for _, p in [*run, row])
+            return (len(run[0][1].tail) == len(row[1].tail) and len(run) < limit
+                    and (len(run) + 1) * width * self._kv_bytes_ <= budget)
 
         return _runs(rows, fits)
 
-    def _prefill(self, prefix: list[int]):
+    def _prefill(self, prefix: list[int], past=None, start: int = 0):
+        """The one-row key-value cache of ``prefix``: computed afresh, or (``start`` > 0) from ``past``'s first
+        ``start`` positions, which hold ``prefix[:start]``, and a forward pass over the rest."""
         import torch
         from transformers import DynamicCache
 
-        ids = torch.tensor([prefix], dtype=torch.long, device=self.device_)
-        extra = {self._cache_kw_: DynamicCache()}
+        cache = extended_copy(past, start, len(prefix) - start) if start else DynamicCache()
+        ids = torch.tensor([prefix[start:]], dtype=torch.long, device=self.device_)
+        extra = {self._cache_kw_: cache}
         if self._logits_kw_:  # only the cache is wanted: no [prefix, vocabulary] logits (time and memory)
             extra[self._logits_kw_] = 1
         out = self.model_(input_ids=ids, use_cache=True, **extra)

@@ -129,3 +129,20 @@ def padded_cache(sources, lengths: list[int], width: int, room: int):
         layers.append(roomy_layer(room).adopt(keys, values, width))
     batched.layers = layers
     return batched
+
+
+def extended_copy(source, length: int, room: int):
+    """A new one-row cache holding the first ``length`` positions of ``source`` (copied: ``source`` is left as it
+    is) with ``room`` positions to spare in every layer, for a forward pass that continues it."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    layers = []
+    for layer in source.layers:
+        keys, values = layer.keys[:, :, :length], layer.values[:, :, :length]
+        grown = roomy_layer(room)
+        grown.device, grown.dtype, grown.is_initialized = keys.device, keys.dtype, True
+        grown._allocate(keys, values, room)
+        layers.append(grown)
+    cache.layers = layers
+    return cache

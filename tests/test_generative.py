@@ -67,17 +67,48 @@ def _reader(path, **options):
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2", "gemma3"])
 def test_prefix_reuse_equals_fresh_prompts(tiny, kind):
-    """Every n decoded from the shared prefix's key-value cache gives the fresh prompt's answer (float32)."""
+    """Every n decoded from the shared prefix's key-value cache gives the fresh prompt's answer (float32; fresh:
+    whole prompts in left-padded batches, prefix_reuse off)."""
     reader = _reader(tiny[kind])
     grid = reader.generate_every_n(QUESTIONS, PASSAGES, 4)
     assert sum(g.n_read for g in grid) == sum(min(len(p), 4) + 1 for p in PASSAGES)
     for n in range(5):
-        fresh = _reader(tiny[kind]).generate(QUESTIONS, [p[:n] for p in PASSAGES])
+        fresh = _reader(tiny[kind], prefix_reuse=False).generate(QUESTIONS, [p[:n] for p in PASSAGES])
         assert grid[n].raw == fresh.raw, n
         assert list(grid[n].prompt_tokens) == list(fresh.prompt_tokens), n
         assert np.allclose(grid[n].logprob, fresh.logprob, atol=1e-4)
     assert list(grid[4].text) == list(grid[3].text[:2]) + [grid[4].text[2]]  # past its passages: the answer at its last n
     assert grid[0].prompt_tokens[0] < grid[1].prompt_tokens[0] < grid[2].prompt_tokens[0]
+
+
+AFTER = "prompt: |-\n  {passages}Question: {question}\n  Answer:\npassage: \"Passage {index}: {text}\\n\"\n"
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "gemma3"])
+def test_shared_prefixes_across_positions_equal_fresh_prompts(tiny, tmp_path, kind):
+    """Prompts that share only a beginning (a gold passage moved through every position, as pipeline.position
+    builds them, with n = 2 and 4 at once) and a template with the question after the passages (each prompt's own
+    tail): the shared prefill gives the answers of whole prompts in padded batches (float32)."""
+    from readers.generative import _Shared
+
+    template = tmp_path / "after.yaml"
+    template.write_text(AFTER)
+    gold, others = "Levi's Stadium hosted it.", ["The game was in California.", "It was the 50th.", "Tickets sold out."]
+    questions, lists = [], []
+    for q in ("Which team won Super Bowl 50?", "Which team lost Super Bowl 50?"):  # tails alike in length only
+        for n in (2, 4):
+            for pos in range(n):
+                questions.append(q)
+                lists.append(others[:pos] + [gold] + others[pos: n - 1])
+    for options in ({}, {"template": str(template)}):
+        shared = _reader(tiny[kind], **options).generate(questions, lists)
+        fresh = _reader(tiny[kind], prefix_reuse=False, **options).generate(questions, lists)
+        assert shared.raw == fresh.raw and np.allclose(shared.logprob, fresh.logprob, atol=1e-4), options
+        assert list(shared.prompt_tokens) == list(fresh.prompt_tokens)
+    reader = _reader(tiny[kind]).load()
+    plan = _Shared.plan([reader.prompt(q, p) for q, p in zip(questions, lists)])
+    assert len(plan.bases) == 8  # per question the four n = 4 prompts; each n = 2 one begins one of them
+    assert sum(len(r) for r in plan.rows) == len(questions) and all(plan.shared[1:4]) and plan.shared[4] == 0
 
 
 def test_prefix_reuse_in_small_batches_and_chunks_equals_one_batch(tiny, monkeypatch):
