@@ -1,5 +1,6 @@
-"""A generative reader's speed, side by side in one run: n = 5 fresh prompts, one n = N read, and every n = 0..N
-from the shared prompt prefix (answers compared with the fresh n = N read's and, on a sample, each n's).
+"""A generative reader's speed, side by side in one run: n = 5 prompts (shared prefill, and whole prompts in padded
+batches), one n = N read (padded), and every n = 0..N from the shared prompt prefix (answers compared with the
+padded n = N read's and, on a sample, each n's); the time linear layers and causal attention alone take.
 
 The questions are the first ``--questions`` of ``squad_open`` dev (paragraphs), their passages BM25's top N
 over the whole corpus.  No generation cache is used: every prompt is really generated.  Prints questions per
@@ -58,6 +59,33 @@ def linear_floor(model, prompt_tokens: float, rows: int = 8) -> dict:
             "linear_tflops": round(flops / seconds / 1e12, 3)}
 
 
+def attention_floor(model, prompt_tokens: float) -> dict:
+    """The seconds per question that causal attention alone takes over a prompt of ``prompt_tokens`` in every
+    layer (torch's fused scaled-dot-product kernel at the model's heads, key-value heads and head size; one prompt,
+    no padding, as the reader prefills): with :func:`linear_floor`, a ceiling on questions/s."""
+    import torch
+
+    from readers.kv_cache import decoder_config, num_layers
+
+    text = decoder_config(model.config)
+    heads = int(text.num_attention_heads)
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+    dtype = next(model.parameters()).dtype
+    t = int(prompt_tokens)
+    q = torch.randn(1, heads, t, dim, dtype=dtype)
+    k, v = torch.randn(1, kv_heads, t, dim, dtype=dtype), torch.randn(1, kv_heads, t, dim, dtype=dtype)
+    with torch.inference_mode():
+        attend = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,  # noqa: E731
+                                                                          enable_gqa=kv_heads != heads)
+        attend()
+        t0 = time.perf_counter()
+        for _ in range(5):
+            attend()
+        seconds = (time.perf_counter() - t0) / 5 * num_layers(model.config)
+    return {"attention_seconds_per_question": round(seconds, 4)}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2-135m-instruct")
@@ -93,16 +121,26 @@ def main() -> int:
         print(f"  {name:16s} {rows[name]:8.2f} s   {len(qs) / rows[name]:6.3f} questions/s", file=sys.stderr, flush=True)
         return out
 
+    def padded(fn):  # whole prompts in left-padded batches (prefix sharing off)
+        reader.prefix_reuse = False
+        try:
+            return fn()
+        finally:
+            reader.prefix_reuse = True
+
     five = timed("n=5", lambda: reader.generate(qs, [p[:5] for p in passages]))
-    single = timed(f"n={args.n}", lambda: reader.generate(qs, [p[: args.n] for p in passages]))
+    timed("n=5 padded", lambda: padded(lambda: reader.generate(qs, [p[:5] for p in passages])))
+    single = timed(f"n={args.n} padded", lambda: padded(lambda: reader.generate(qs, [p[: args.n] for p in passages])))
     grid = timed(f"every n 0..{args.n}", lambda: reader.generate_every_n(qs, passages, args.n))
     floor = linear_floor(reader.model_, float(five.prompt_tokens.mean()))
+    floor.update(attention_floor(reader.model_, float(five.prompt_tokens.mean())))
+    floor["ceiling_questions_per_s"] = round(1 / (floor["linear_seconds_per_question"] + floor["attention_seconds_per_question"]), 2)
     guard.finish()
     same_top = sum(a == b for a, b in zip(grid[args.n].raw, single.raw)) / len(qs)
     sample = list(range(min(args.check_every_n, len(qs))))
     same_all, total = 0, 0
     for n in range(args.n + 1):
-        fresh = reader.generate([qs[i] for i in sample], [passages[i][:n] for i in sample])
+        fresh = padded(lambda: reader.generate([qs[i] for i in sample], [passages[i][:n] for i in sample]))
         same_all += sum(fresh.raw[k] == grid[n].raw[i] for k, i in enumerate(sample))
         total += len(sample)
     result = {
@@ -110,7 +148,8 @@ def main() -> int:
         "seconds": {k: round(v, 2) for k, v in rows.items()},
         "questions_per_s_n5": round(len(qs) / rows["n=5"], 3),
         "mean_prompt_tokens_n5": round(float(five.prompt_tokens.mean()), 1),
-        "sweep_over_single": round(rows[f"every n 0..{args.n}"] / rows[f"n={args.n}"], 3),
+        "questions_per_s_n5_padded": round(len(qs) / rows["n=5 padded"], 3),
+        "sweep_over_single": round(rows[f"every n 0..{args.n}"] / rows[f"n={args.n} padded"], 3),
         "identical_to_fresh_at_n": round(same_top, 4), "identical_to_fresh_every_n_sample": round(same_all / max(total, 1), 4),
         **floor, "peak_rss_mib": round(rss_mib(), 1), "rss_after_load_mib": round(loaded, 1), "machine": guard.as_dict(),
     }
@@ -123,6 +162,8 @@ def main() -> int:
           f"dtype {reader.dtype_}; mean prompt tokens at n=5: {result['mean_prompt_tokens_n5']}")
     print(f"  linear layers alone at n=5: {floor['linear_seconds_per_question']:.3f} s a question "
           f"({floor['linear_tflops']:.2f} TFLOP/s): at most {floor['linear_ceiling_questions_per_s']:.2f} questions/s")
+    print(f"  causal attention alone at n=5: {floor['attention_seconds_per_question']:.3f} s a question; linear layers "
+          f"and attention: at most {floor['ceiling_questions_per_s']:.2f} questions/s")
     print(guard.footer())
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
