@@ -59,6 +59,7 @@ CUDA_MAX_ROWS = 64
 CPU_KV_BUDGET = 1 << 30  # bytes of key-value cache per decoding batch of an n-sweep on the CPU
 CUDA_KV_BUDGET = 4 << 30
 PREFIX_BUDGET = 256 << 20  # bytes of one-row prefix caches whose (question, n) rows are decoded together
+PREFILL_MULTIPLE = 64  # a prefill's tokens are padded on the right to a multiple of this (few matmul shapes)
 GENERATION_VERSION = "generative-reader-v1"  # bump when decoding or clean-up changes what a key's answer is
 
 
@@ -413,6 +414,8 @@ class GenerativeReader:
         self._full_attention_ = full_attention_only(model.config)
         self._num_layers_ = num_layers(model.config)
         self._kv_bytes_ = kv_bytes_per_token(model.config, torch_dtype.itemsize)
+        text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self._max_positions_ = int(getattr(text_config, "max_position_embeddings", None) or getattr(text_config, "n_positions", 0) or 0)
         self._logits_kw_ = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in forward), None)
         self._loaded_for_ = settings
         if device == "cpu" and dtype == "bfloat16" and not hardware.cpu_has_native_bf16():
@@ -633,12 +636,20 @@ class GenerativeReader:
 
     def _prefill(self, prefix: list[int], past=None, start: int = 0):
         """The one-row key-value cache of ``prefix``: computed afresh, or (``start`` > 0) from ``past``'s first
-        ``start`` positions, which hold ``prefix[:start]``, and a forward pass over the rest."""
+        ``start`` positions, which hold ``prefix[:start]``, and a forward pass over the rest.
+
+        The tokens passed are padded on the right to a multiple of :data:`PREFILL_MULTIPLE`: attention is causal,
+        so the padding changes nothing before it (its positions are past the prefix and never read), while the
+        matmuls see a few dozen shapes instead of one per prompt length, each of which the CPU's kernel library
+        would compile and keep."""
         import torch
         from transformers import DynamicCache
 
-        cache = extended_copy(past, start, len(prefix) - start) if start else DynamicCache()
-        ids = torch.tensor([prefix[start:]], dtype=torch.long, device=self.device_)
+        rest = prefix[start:]
+        room = self._max_positions_ - len(prefix) if self._max_positions_ else PREFILL_MULTIPLE
+        rest = rest + [self.tokenizer_.pad_token_id] * max(0, min(-len(rest) % PREFILL_MULTIPLE, room))
+        cache = extended_copy(past, start, len(rest)) if start else DynamicCache()
+        ids = torch.tensor([rest], dtype=torch.long, device=self.device_)
         extra = {self._cache_kw_: cache}
         if self._logits_kw_:  # only the cache is wanted: no [prefix, vocabulary] logits (time and memory)
             extra[self._logits_kw_] = 1

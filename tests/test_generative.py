@@ -369,3 +369,22 @@ def test_packaged_models_resolve_without_importing_their_packages():
     directory, gguf, identity = GenerativeReader("smollm2-135m-instruct")._resolve_source()
     assert gguf == "SmolLM2-135M-Instruct.Q4_1.gguf" and (Path(directory) / gguf).stat().st_size > 50_000_000
     assert identity.startswith("gguf:") and len(identity) == len("gguf:") + 64
+
+
+@pytest.mark.slow
+def test_prefill_padding_stops_at_the_models_positions(tmp_path):
+    """A prompt near a short-context model's last position: the prefill's right padding (to a multiple of 64)
+    stays within the model's positions, and the answer equals the padded-batch path's (float32)."""
+    import torch
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    tok = AutoTokenizer.from_pretrained(READER)
+    tok.eos_token = "[SEP]"
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=4, n_positions=100,
+                                       pad_token_id=tok.pad_token_id, eos_token_id=tok.sep_token_id))
+    path = _save(model, tok, tmp_path / "gpt2-100")
+    passages = [" ".join(["the denver broncos won the game"] * 10)]  # a prompt of ~80 tokens: 128 would not fit
+    shared = _reader(path).generate(QUESTIONS[:1], [passages])
+    assert 64 < shared.prompt_tokens[0] < 94
+    assert shared.raw == _reader(path, prefix_reuse=False).generate(QUESTIONS[:1], [passages]).raw
