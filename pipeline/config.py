@@ -176,6 +176,14 @@ class RetrieverConfig(Section):
                                     metavar="SPEC", new=True)
     rerank_depth: int = setting(100, "--rerank-depth", "first-stage hits re-scored per question (a spec's depth= wins)",
                                 ge=1, new=True)
+    rerank_field: Optional[Literal["sentence", "sentence+context"]] = setting(
+        None, "--rerank-field", "what the cross-encoder reads of a candidate: sentence, or sentence+context (the sentence,"
+        " the tokenizer's separator, its paragraph); default: what the model was trained on (its recipe.json), else"
+        " sentence (a spec's field= wins)", new=True)
+    rerank_mix: float = setting(0.0, "--rerank-mix", "weight of the first stage's score in the re-ranked score:"
+                                " (1 - W) z(cross-encoder) + W z(first stage), z-scores per question over the re-scored"
+                                " hits; 0 (default) ranks by the cross-encoder alone (a spec's mix= wins)",
+                                ge=0.0, lt=1.0, new=True)
     rerank_max_length: int = setting(256, "--rerank-max-length", "tokens per (question, passage) pair the cross-encoder"
                                      " reads (a spec's max_length= wins)", ge=8, new=True)
     rerank_dtype: Literal["auto", "float32", "bfloat16"] = setting(
@@ -201,7 +209,7 @@ class RetrieverConfig(Section):
     @field_validator("rerank")
     @classmethod
     def _rerank_parses(cls, v: Optional[str]):
-        from retrievers.rerank import RERANKERS, parse_rerank_spec, spec_depth
+        from retrievers.rerank import RERANKERS, parse_rerank_spec, spec_depth, spec_field, spec_mix
 
         if v is None:
             return v
@@ -209,6 +217,8 @@ class RetrieverConfig(Section):
             kind, _, _ = parse_rerank_spec(v)
             RERANKERS.get(kind)
             spec_depth(v, None)
+            spec_field(v, None)
+            spec_mix(v, None)
         except UserError as e:
             message, prefix = str(e), f"rerank {v.strip()!r}: "
             raise ValueError(message[len(prefix):] if message.startswith(prefix) else message) from None
@@ -218,7 +228,8 @@ class RetrieverConfig(Section):
         """The re-ranking stage's settings (:func:`retrievers.rerank.make_rerank_retriever`), empty without one."""
         if not self.rerank:
             return {}
-        return {"spec": self.rerank, "depth": self.rerank_depth, "max_length": self.rerank_max_length,
+        return {"spec": self.rerank, "depth": self.rerank_depth, "field": self.rerank_field, "mix": self.rerank_mix,
+                "max_length": self.rerank_max_length,
                 "dtype": self.rerank_dtype, "backend": self.rerank_backend, "batch_size": self.rerank_batch_size,
                 "cache_dir": self.rerank_cache,
                 "device": device}

@@ -293,6 +293,23 @@ class CrossEncoderScorer:
         threads = int(self.num_threads or hardware.available_cores())
         return rov.load_or_build(self._torch_identity(), torch_model, example, score, dtype, threads, self._label)
 
+    def context_separator(self) -> str:
+        """What goes between a sentence and its paragraph in a ``sentence+context`` passage: the tokenizer's separator
+        token between spaces (``" [SEP] "`` for BERT-like models), else a blank line (:func:`context_separator`)."""
+        if getattr(self, "tokenizer_", None) is not None and getattr(self, "_loaded_for_", None) == self._settings():
+            return context_separator(self.tokenizer_)
+        if getattr(self, "_separator_for_", None) != self._settings():
+            from transformers import AutoTokenizer
+
+            self._torch_identity()
+            source, revision = self._source_
+            try:
+                self._separator_ = context_separator(AutoTokenizer.from_pretrained(source, revision=revision))
+            except Exception as err:
+                raise UserError(f"rerank model '{self._label}': cannot load its tokenizer ({type(err).__name__}: {err})") from None
+            self._separator_for_ = self._settings()
+        return self._separator_
+
     # ------------------------------------------------------------------ scoring
     def score_pairs(self, questions: list[str], passages: list[str]) -> np.ndarray:
         """float32 ``[P]`` relevance of each ``(questions[i], passages[i])`` (the head's logit or log-odds)."""
@@ -369,6 +386,13 @@ class CrossEncoderScorer:
             if bar is not None:
                 bar.close()
         return out
+
+
+def context_separator(tokenizer) -> str:
+    """The tokenizer's separator token between spaces, or a blank line for a tokenizer without one: what training
+    (:mod:`retrievers.train_reranker`) and re-ranking put between a sentence and its paragraph."""
+    sep = getattr(tokenizer, "sep_token", None)
+    return f" {sep} " if sep else "\n\n"
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "merges.txt", "vocab.json",

@@ -9,8 +9,12 @@ Grammar of ``--rerank``::
 A spec without a kind is a cross-encoder (:class:`retrievers.cross_encoder.CrossEncoderScorer`): any
 sentence-transformers ``CrossEncoder`` directory or ``AutoModelForSequenceClassification`` checkpoint (a local
 directory; a hub name is only tried when given).  Bracket keys are the scorer class's constructor parameters
-(``max_length``, ``dtype``, ``backend``, ``batch_size``...) plus ``depth``, the first-stage hits re-scored, which belongs to
-the re-ranking stage itself.  Examples: ``/models/ce``, ``cross-encoder:/models/ce[depth=50,dtype=bfloat16]``.
+(``max_length``, ``dtype``, ``backend``, ``batch_size``...) plus two that belong to the re-ranking stage itself:
+``depth``, the first-stage hits re-scored; ``field``, what a candidate's passage is (``sentence``, or
+``sentence+context``: the sentence, the scorer's separator, then its paragraph; by default what the model was
+trained on, as its ``recipe.json`` says, else ``sentence``); and ``mix``, the weight of the first stage's score in
+the final one (default 0: the scorer's alone; see :func:`mix_scores`).  Examples: ``/models/ce``,
+``cross-encoder:/models/ce[depth=50,dtype=bfloat16]``.
 
 :data:`RERANKERS` is open to other packages through the entry-point group ``qa_retrieval_eval.rerankers``: a
 class whose constructor takes ``model`` first and offers ``identity()`` (a string that changes whenever a score
@@ -46,6 +50,8 @@ RERANKERS.register("cross-encoder", "retrievers.cross_encoder:CrossEncoderScorer
 
 DEFAULT_KIND = "cross-encoder"
 DEFAULT_DEPTH = 100
+PASSAGE_FIELDS = ("sentence", "sentence+context")  # what a candidate's passage is to the scorer
+STAGE_OPTIONS = ("depth", "field", "mix")  # spec options of the stage, not of its scorer
 RERANK = "rerank"  # the options key of the re-ranking stage (beside a retriever kind's and "fusion")
 
 
@@ -76,11 +82,11 @@ def make_scorer(spec: str, options: Mapping[str, Any] | None = None, **fixed: An
     kind, model, spec_options = parse_rerank_spec(spec)
     factory = RERANKERS.get(kind)
     takes = inspect.signature(factory).parameters
-    merged = {k: v for k, v in {**dict(options or {}), **spec_options}.items() if k != "depth"}
+    merged = {k: v for k, v in {**dict(options or {}), **spec_options}.items() if k not in STAGE_OPTIONS}
     allowed = [n for n in parameters(factory) if n != "model"]
     unknown = [k for k in merged if str(k).replace("-", "_") not in allowed]
     if unknown:
-        raise UserError(f"rerank {spec!r}: unknown option {unknown[0]!r} (allowed: depth, {', '.join(allowed)})")
+        raise UserError(f"rerank {spec!r}: unknown option {unknown[0]!r} (allowed: {', '.join(STAGE_OPTIONS + tuple(allowed))})")
     fixed = {k: v for k, v in fixed.items() if k in takes and v is not None and k not in merged}
     return build(factory, merged, f"rerank {spec!r}", model=model, **fixed)
 
@@ -98,6 +104,81 @@ def spec_depth(spec: str, default: int | None) -> int:
     return depth
 
 
+def spec_field(spec: str, default: str | None) -> str | None:
+    """The passage field a spec's ``[field=...]`` sets, else ``default`` (``None``: the model's recipe decides), checked."""
+    _, _, options = parse_rerank_spec(spec)
+    value = options.get("field", default)
+    if value is not None and value not in PASSAGE_FIELDS:
+        raise UserError(f"rerank {spec!r}: field {value!r} unknown; use one of {', '.join(PASSAGE_FIELDS)}")
+    return value
+
+
+def spec_mix(spec: str, default: float | None) -> float:
+    """The first-stage weight a spec's ``[mix=W]`` sets, else ``default`` (else 0), checked: 0 <= W < 1."""
+    _, _, options = parse_rerank_spec(spec)
+    value: Any = options.get("mix", default if default is not None else 0.0)
+    try:
+        mix = float(str(value).strip())
+    except ValueError:
+        raise UserError(f"rerank {spec!r}: mix {value!r} is not a number") from None
+    if not 0.0 <= mix < 1.0:
+        raise UserError(f"rerank {spec!r}: mix must be in [0, 1) (got {mix})")
+    return mix
+
+
+def mix_scores(rescored: np.ndarray, first: np.ndarray, mix: float) -> np.ndarray:
+    """``(1 - mix) * z(rescored) + mix * z(first)``, z-scores taken per row over its scored hits (finite ``rescored``).
+
+    The interpolation of a first-stage score with a cross-encoder's that Birch uses (Yilmaz et al., 2019,
+    "Cross-Domain Modeling of Sentence-Level Evidence for Document Retrieval"), here on per-question z-scores so the
+    weight does not depend on either score's scale.  A row's padding stays ``-inf``; a row whose scores are all equal
+    has z-scores of 0."""
+    rescored = np.asarray(rescored, np.float64)
+    first = np.asarray(first, np.float64)
+    real = np.isfinite(rescored) & np.isfinite(first)
+    out = np.full(rescored.shape, -np.inf)
+    for row in range(rescored.shape[0]):
+        hits = real[row]
+        if not hits.any():
+            continue
+        parts = []
+        for values in (rescored[row, hits], first[row, hits]):
+            spread = values.std()
+            parts.append((values - values.mean()) / spread if spread > 0 else np.zeros_like(values))
+        out[row, hits] = (1.0 - mix) * parts[0] + mix * parts[1]
+    return out.astype(np.float32)
+
+
+def trained_field(scorer: Any) -> str:
+    """The passage field a scorer's model was trained on: ``recipe.json``'s ``passage`` in a local model directory
+    (:mod:`retrievers.train_reranker` writes it), else ``sentence``."""
+    import json
+
+    path = Path(str(getattr(scorer, "model", ""))).expanduser() / "recipe.json"
+    try:
+        recipe = json.loads(path.read_text(encoding="utf-8")).get("recipe") or {}
+    except (OSError, ValueError, AttributeError):
+        return "sentence"
+    field = recipe.get("passage", "sentence") if isinstance(recipe, dict) else "sentence"
+    return field if field in PASSAGE_FIELDS else "sentence"
+
+
+def pair_passage(sentence: str, context: str, field: str, separator: str) -> str:
+    """What a scorer reads as a candidate's passage: its sentence, or for ``sentence+context`` (ReQA's candidate, a
+    sentence in its paragraph) the sentence, ``separator`` and the paragraph.  A candidate that is its own paragraph
+    (or has none) is read once."""
+    if field == "sentence" or not context or context == sentence:
+        return sentence
+    return f"{sentence}{separator}{context}"
+
+
+def scorer_separator(scorer: Any) -> str:
+    """The text between a sentence and its paragraph for ``scorer``: its ``context_separator()`` (a cross-encoder's
+    tokenizer's separator token), else a blank line."""
+    own = getattr(scorer, "context_separator", None)
+    return own() if callable(own) else "\n\n"
+
+
 # settings the commands give every re-ranking stage (flags, config): a scorer kind that does not take one is not
 # given it; any other option is the scorer's own and checked against its constructor
 STAGE_SETTINGS = ("max_length", "dtype", "backend", "batch_size", "device", "num_threads")
@@ -112,10 +193,13 @@ def make_rerank_retriever(first_stage: Retriever, settings: Mapping[str, Any]) -
     if not spec:
         raise UserError("rerank: no spec (give --rerank MODEL)")
     depth = spec_depth(spec, settings.pop("depth", None))
+    field = spec_field(spec, settings.pop("field", None))
+    mix = spec_mix(spec, settings.pop("mix", None))
     cache = settings.pop("cache_dir", None)
     fixed = {k: settings.pop(k) for k in STAGE_SETTINGS if k in settings}
     scorer = make_scorer(spec, settings, **fixed)
-    return RerankRetriever([first_stage], scorer, depth=depth, cache_dir=cache, spec=spec)
+    return RerankRetriever([first_stage], scorer, depth=depth, cache_dir=cache, spec=spec,
+                           field=field if field is not None else trained_field(scorer), mix=mix)
 
 
 # ------------------------------------------------------------------ the cache
@@ -201,6 +285,9 @@ class RerankRetriever(RetrieverBase):
     depth: how many first-stage hits per query are re-scored; the re-ranked ranking holds at most these.
     cache_dir: the score cache (default: ``$QA_CACHE_DIR/rerank-scores``; keys never cross scorers).
     spec: the ``--rerank`` spec it was built from (recorded in the manifest).
+    field: a candidate's passage as the scorer reads it: ``sentence`` (its text) or ``sentence+context`` (its text,
+        the scorer's separator and its paragraph, :func:`pair_passage`).
+    mix: weight of the first stage's score in the final one (:func:`mix_scores`); 0 ranks by the scorer alone.
 
     A search for ``k`` hits searches the first stage for ``max(k, depth)`` (kept in :attr:`first_stage`, its
     top ``k``), re-scores the top ``depth`` of each query and returns them sorted by the new score (ties keep the
@@ -208,13 +295,19 @@ class RerankRetriever(RetrieverBase):
     """
 
     def __init__(self, members: Sequence[Retriever], scorer: Any, depth: int = DEFAULT_DEPTH,
-                 cache_dir: str | None = None, spec: str | None = None):
+                 cache_dir: str | None = None, spec: str | None = None, field: str = "sentence", mix: float = 0.0):
         members = list(members)
         if len(members) != 1:
             raise UserError(f"rerank: re-ranks one first-stage retriever, got {len(members)}")
         if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
             raise UserError(f"rerank: depth must be a whole number >= 1 (got {depth!r})")
+        if field not in PASSAGE_FIELDS:
+            raise UserError(f"rerank: field {field!r} unknown; use one of {', '.join(PASSAGE_FIELDS)}")
+        if isinstance(mix, bool) or not isinstance(mix, (int, float, np.floating)) or not 0.0 <= float(mix) < 1.0:
+            raise UserError(f"rerank: mix must be a number in [0, 1) (got {mix!r})")
         self.members = members
+        self.field = field
+        self.mix = float(mix)
         self.scorer = scorer
         self.depth = int(depth)
         self.cache_dir = cache_dir
@@ -231,6 +324,7 @@ class RerankRetriever(RetrieverBase):
     def index(self, corpus) -> "RerankRetriever":
         self.first.index(corpus)
         self._texts = corpus.texts
+        self._contexts = corpus.contexts
         self._size = len(corpus)
         return self
 
@@ -251,16 +345,24 @@ class RerankRetriever(RetrieverBase):
         top = first.top(self.depth)
         where = np.argwhere(top.ids >= 0)
         questions = [query_texts[q] for q, _ in where]
-        passages = [str(self._texts[int(top.ids[q, j])]) for q, j in where]
+        rows = [int(top.ids[q, j]) for q, j in where]
+        if self.field == "sentence":
+            passages = [str(self._texts[r]) for r in rows]
+        else:
+            separator = scorer_separator(self.scorer)
+            passages = [pair_passage(str(self._texts[r]), str(self._contexts[r] or ""), self.field, separator) for r in rows]
         scores, self.scored_, self.reused_ = score_cached(self.scorer, questions, passages, self._cache())
         new = np.full(top.ids.shape, -np.inf, np.float32)
         if len(where):
             new[where[:, 0], where[:, 1]] = scores
+        if self.mix:
+            new = mix_scores(new, np.where(top.ids >= 0, top.scores, -np.inf), self.mix)
         return rank_by(top.ids, new, int(k))
 
     def facts(self) -> dict:
         """The manifest's ``reranker`` entry: spec, depth, scorer identity and facts (model, precision), cache counts."""
-        facts = {"spec": self.spec, "depth": self.depth, "kind": type(self.scorer).__name__,
+        facts = {"spec": self.spec, "depth": self.depth, "field": self.field, "mix": self.mix,
+                 "kind": type(self.scorer).__name__,
                  "identity": self.scorer.identity(), "pairs_scored": self.scored_, "pairs_reused": self.reused_}
         scorer_facts = getattr(self.scorer, "facts", None)
         if callable(scorer_facts):
@@ -270,8 +372,13 @@ class RerankRetriever(RetrieverBase):
     def to_dict(self) -> dict:
         from retrievers.pooling import member_config
 
-        return {"method": RERANK, "name": self.name, "spec": self.spec, "depth": self.depth,
-                "members": [member_config(m) for m in self.members]}
+        out = {"method": RERANK, "name": self.name, "spec": self.spec, "depth": self.depth,
+               "members": [member_config(m) for m in self.members]}
+        if self.field != "sentence":  # the defaults stay out, so configs written before them keep their content
+            out["field"] = self.field
+        if self.mix:
+            out["mix"] = self.mix
+        return out
 
 
 def rank_by(ids: np.ndarray, scores: np.ndarray, k: int) -> Ranking:

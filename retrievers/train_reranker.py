@@ -41,6 +41,7 @@ import numpy as np
 
 from data.errors import UserError
 from data.io import cache_dir, sha256_text, write_json
+from retrievers.rerank import PASSAGE_FIELDS
 
 RECIPE = "recipe.json"
 
@@ -68,6 +69,7 @@ class Recipe:
     precision: str = "float32"  # float32, or bfloat16 (autocast; the weights and optimizer stay float32)
     loss: str = "pointwise"  # pointwise (BCE per pair), or listwise (softmax CE over gold + negatives of a question)
     negative_pick: str = "top"  # top: BM25's first eligible hits; sample: seeded sample of those within depth
+    passage: str = "sentence"  # sentence, or sentence+context: the sentence, the tokenizer's separator, its paragraph
 
     def check(self) -> "Recipe":
         for name in ("limit", "negatives", "batch_size", "max_length"):
@@ -86,6 +88,8 @@ class Recipe:
             raise UserError(f"--loss {self.loss!r}: expected one of {', '.join(LOSSES)}")
         if self.negative_pick not in NEGATIVE_PICKS:
             raise UserError(f"--negative-pick {self.negative_pick!r}: expected one of {', '.join(NEGATIVE_PICKS)}")
+        if self.passage not in PASSAGE_FIELDS:
+            raise UserError(f"--passage {self.passage!r}: expected one of {', '.join(PASSAGE_FIELDS)}")
         if self.bm25_depth is not None and self.bm25_depth <= self.negatives:
             raise UserError(f"--bm25-depth {self.bm25_depth}: must be more than --negatives {self.negatives}")
         return self
@@ -97,7 +101,10 @@ class Recipe:
 
 def recipe_key(recipe: Recipe, identity: str) -> str:
     """The recipe's digest: the base model's content identity and every setting (the cache key)."""
-    return sha256_text("train-reranker-v1", identity, json.dumps(asdict(recipe), sort_keys=True))
+    settings = asdict(recipe)
+    if settings["passage"] == "sentence":  # the default stays out of the key: recipes trained before it keep theirs
+        del settings["passage"]
+    return sha256_text("train-reranker-v1", identity, json.dumps(settings, sort_keys=True))
 
 
 def base_source(base: str | None) -> str:
@@ -164,9 +171,13 @@ def load_training_split(name: str, split: str):
     return dataset
 
 
-def training_pairs(dataset, recipe: Recipe) -> TrainingPairs:
+def training_pairs(dataset, recipe: Recipe, separator: str = "\n\n") -> TrainingPairs:
     """Gold sentences as positives, BM25's top non-answer sentences as hard negatives, for ``recipe.limit``
-    questions sampled (seeded) from ``dataset`` (questions with gold sentences only)."""
+    questions sampled (seeded) from ``dataset`` (questions with gold sentences only).  With ``recipe.passage``
+    ``sentence+context`` a passage is the sentence, ``separator`` and its paragraph, as re-ranking reads it
+    (:func:`retrievers.rerank.pair_passage`); which sentences are negatives is decided on the sentence alone."""
+    from retrievers.rerank import pair_passage
+
     from eval.answer_metrics import normalize_answer
     from retrievers.registry import make_retriever
 
@@ -196,14 +207,17 @@ def training_pairs(dataset, recipe: Recipe) -> TrainingPairs:
             hay = f" {normalize_answer(text)} "
             if any(n in hay for n in needles):  # an answer-bearing sentence is no negative
                 continue
-            negatives.append(text)
+            negatives.append(int(cid))
         if sample and len(negatives) > recipe.negatives:  # BM25's order kept among the ones drawn
             negatives = [negatives[i] for i in np.sort(rng.choice(len(negatives), recipe.negatives, replace=False))]
         short += len(negatives) < recipe.negatives
+        def passage(row: int) -> str:
+            return pair_passage(str(corpus.texts[row]), str(corpus.contexts[row] or ""), recipe.passage, separator)
+
         for g in sorted(gold):
-            questions.append(sub.texts[q]); passages.append(str(corpus.texts[g])); labels.append(1.0); owner.append(q)
-        for text in negatives:
-            questions.append(sub.texts[q]); passages.append(text); labels.append(0.0); owner.append(q)
+            questions.append(sub.texts[q]); passages.append(passage(g)); labels.append(1.0); owner.append(q)
+        for row in negatives:
+            questions.append(sub.texts[q]); passages.append(passage(row)); labels.append(0.0); owner.append(q)
     release = getattr(bm25, "close", None)
     if callable(release):
         release()
@@ -361,7 +375,9 @@ def train(recipe: Recipe, out: str | Path | None = None, *, progress: bool = Tru
     tok = load_tokenizer(source)
     dataset = load_training_split(recipe.dataset, recipe.split)
     t0 = time.time()
-    pairs = training_pairs(dataset, recipe)
+    from retrievers.cross_encoder import context_separator
+
+    pairs = training_pairs(dataset, recipe, context_separator(tok))
     mined_s = time.time() - t0
     model = initial_model(source, recipe.seed)
 
@@ -430,6 +446,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loss", default=d.loss, choices=LOSSES,
                    help="pointwise: binary cross-entropy per pair (default); listwise: softmax cross-entropy over"
                    " each question's gold sentence and its negatives (Gao et al. 2021)")
+    p.add_argument("--passage", default=d.passage, choices=PASSAGE_FIELDS,
+                   help="what a candidate's passage is: sentence (default), or sentence+context (the sentence, the"
+                   " tokenizer's separator, then its paragraph: ReQA's candidate); re-ranking reads it the same way")
     p.add_argument("--epochs", type=float, default=d.epochs)
     p.add_argument("--batch-size", type=int, default=d.batch_size,
                    help="pairs per step (pointwise), or questions per step (listwise, each 1 + --negatives pairs)")
@@ -472,7 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         negatives=args.negatives, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                         max_length=args.max_length, seed=args.seed, bm25_depth=args.bm25_depth,
                         precision=training_precision(args.precision), loss=args.loss,
-                        negative_pick=args.negative_pick)
+                        negative_pick=args.negative_pick, passage=args.passage)
         out = train(recipe, args.out, progress=not args.no_progress)
         print(out)
         return 0

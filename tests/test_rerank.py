@@ -175,6 +175,84 @@ def test_the_model_identity_is_its_content(models, tmp_path):
     assert scorer(copy).identity() != scorer(models[0]).identity()  # another tokenizer, the same weights
 
 
+def test_sentence_plus_context_reads_each_sentence_in_its_paragraph(models, tmp_path, ds, capsys):
+    cache = tmp_path / "scores"
+    base = ["--dataset", "reqa_squad", "--limit", 6, "--depth", 10, "--rerank", models[0], "--rerank-dtype", "float32",
+            "--rerank-depth", 5, "--rerank-cache", cache]
+    assert run_cli(*base, "--out", tmp_path / "plain") == 0, capsys.readouterr().err
+    assert run_cli(*base, "--rerank-field", "sentence+context", "--out", tmp_path / "ctx") == 0, capsys.readouterr().err
+    manifest = json.loads((tmp_path / "ctx" / "manifest.json").read_text())
+    facts = manifest["rerankers"][0]
+    assert facts["field"] == "sentence+context" and facts["pairs_scored"] + facts["pairs_reused"] == 30
+    assert json.loads((tmp_path / "plain" / "manifest.json").read_text())["rerankers"][0]["field"] == "sentence"
+    after, plain = trec(tmp_path / "ctx" / "run.trec"), trec(tmp_path / "plain" / "run.trec")
+    id_of = {str(cid): i for i, cid in enumerate(ds.corpus.ids)}
+    moved = whole = 0
+    for q, qid in enumerate(after):
+        docs = [d for d, _ in after[qid]]
+        assert set(docs) == {d for d, _ in plain[qid]}  # the same five, scored otherwise
+        rows = [id_of[d] for d in docs]
+        passages = [f"{ds.corpus.texts[r]} [SEP] {ds.corpus.contexts[r]}"  # MiniLM's separator
+                    if ds.corpus.texts[r] != ds.corpus.contexts[r] else ds.corpus.texts[r] for r in rows]
+        whole += sum(ds.corpus.texts[r] == ds.corpus.contexts[r] for r in rows)  # its own paragraph: read once
+        expected = scorer(models[0]).score_pairs([ds.queries.texts[q]] * 5, passages)
+        np.testing.assert_allclose([s for _, s in after[qid]], expected, atol=1e-5)
+        moved += docs != [d for d, _ in plain[qid]]
+    assert moved  # the paragraph changes the order somewhere
+    assert facts["pairs_reused"] == whole  # only a sentence that is its whole paragraph keeps its score
+    # a spec's field= wins over the flag; a bad one is refused
+    assert run_cli(*base[:7], f"{models[0]}[field=sentence]", *base[8:], "--rerank-field", "sentence+context",
+                   "--out", tmp_path / "spec") == 0
+    assert json.loads((tmp_path / "spec" / "manifest.json").read_text())["rerankers"][0]["field"] == "sentence"
+
+
+def test_mix_ranks_by_z_scores_of_the_cross_encoder_and_the_first_stage(models, tmp_path, ds, capsys):
+    cache = tmp_path / "scores"
+    base = ["--dataset", "reqa_squad", "--limit", 6, "--depth", 10, "--rerank", models[0], "--rerank-dtype", "float32",
+            "--rerank-depth", 8, "--rerank-cache", cache]
+    assert run_cli(*base, "--out", tmp_path / "alone") == 0, capsys.readouterr().err
+    assert run_cli(*base, "--rerank-mix", 0.4, "--out", tmp_path / "mixed") == 0, capsys.readouterr().err
+    facts = json.loads((tmp_path / "mixed" / "manifest.json").read_text())["rerankers"][0]
+    assert facts["mix"] == 0.4 and facts["pairs_reused"] == 48  # the cross-encoder's scores are the same ones
+    alone, mixed, first = (trec(tmp_path / name / file) for name, file in
+                           (("alone", "run.trec"), ("mixed", "run.trec"), ("mixed", "run.first-stage.trec")))
+    changed = 0
+    id_of = {str(cid): i for i, cid in enumerate(ds.corpus.ids)}
+    text_of = dict(zip(ds.queries.question_ids, ds.queries.texts))
+    for qid in mixed:
+        bm25 = dict(first[qid][:8])
+        docs = list(bm25)
+        ce = scorer(models[0]).score_pairs([text_of[qid]] * 8, [ds.corpus.texts[id_of[d]] for d in docs])
+        z = [np.asarray(ce, np.float64), np.array([bm25[d] for d in docs])]
+        z = [(v - v.mean()) / v.std() for v in z]
+        expected = dict(zip(docs, 0.6 * z[0] + 0.4 * z[1]))
+        got = dict(mixed[qid])
+        assert set(got) == set(docs)
+        np.testing.assert_allclose([got[d] for d in docs], [expected[d] for d in docs], atol=1e-4)
+        assert all(a >= b for (_, a), (_, b) in zip(mixed[qid], mixed[qid][1:]))
+        changed += [d for d, _ in mixed[qid]] != [d for d, _ in alone[qid]]
+    assert changed
+    capsys.readouterr()
+    assert run_cli(*base, "--rerank-mix", 1, "--out", tmp_path / "bad") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "rerank-mix" in err.replace("_", "-") and "\n" not in err, err
+    assert not (tmp_path / "bad").exists()
+
+
+def test_a_model_trained_on_sentences_in_context_is_read_that_way_by_default(models, tmp_path, capsys):
+    import shutil
+
+    model = tmp_path / "ctx-model"
+    shutil.copytree(models[1], model)
+    (model / "recipe.json").write_text(json.dumps({"recipe": {"passage": "sentence+context"}}))
+    assert run_cli("--dataset", "reqa_squad", "--limit", 3, "--depth", 5, "--rerank", model,
+                   "--rerank-cache", tmp_path / "scores", "--out", tmp_path / "run") == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["rerankers"][0]["field"] == "sentence+context"
+    assert run_cli("--dataset", "reqa_squad", "--limit", 3, "--depth", 5, "--rerank", model, "--rerank-field", "sentence",
+                   "--rerank-cache", tmp_path / "scores", "--out", tmp_path / "asked") == 0
+    assert json.loads((tmp_path / "asked" / "manifest.json").read_text())["rerankers"][0]["field"] == "sentence"
+
+
 def test_a_two_label_head_scores_by_its_log_odds(tmp_path, ds):
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -194,6 +272,9 @@ def test_a_two_label_head_scores_by_its_log_odds(tmp_path, ds):
     ("{a}[depth=0]", "depth must be >= 1"),
     ("{a}[dtype=float16]", "dtype='float16'"),
     ("{a}[colour=red]", "unknown option 'colour'"),
+    ("{a}[field=paragraph]", "field 'paragraph' unknown"),
+    ("{a}[mix=1.5]", "mix must be in [0, 1)"),
+    ("{a}[mix=much]", "mix 'much' is not a number"),
     ("", "--rerank"),
 ])
 def test_a_bad_spec_is_one_line(models, tmp_path, capsys, spec, needle):
@@ -300,6 +381,7 @@ def test_a_killed_scoring_resumes_with_identical_scores(models, tmp_path):
     (["--precision", "int8"], "--precision: invalid choice: 'int8'"),
     (["--loss", "ranknet"], "--loss: invalid choice: 'ranknet'"),
     (["--negative-pick", "random"], "--negative-pick: invalid choice: 'random'"),
+    (["--passage", "paragraph"], "--passage: invalid choice: 'paragraph'"),
 ])
 def test_training_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, needle):
     from retrievers.train_reranker import main
@@ -347,6 +429,7 @@ def test_the_loss_and_the_negative_pick_are_in_the_recipe_and_its_key():
             for loss in ("pointwise", "listwise") for pick in ("top", "sample")}
     assert len(keys) == 4
     assert asdict(Recipe())["loss"] == "pointwise" and asdict(Recipe())["negative_pick"] == "top"
+    assert recipe_key(Recipe(passage="sentence+context"), "hub:x") != recipe_key(Recipe(), "hub:x")
     with pytest.raises(UserError, match="--loss 'margin'"):
         Recipe(loss="margin").check()
 
@@ -409,6 +492,36 @@ def test_listwise_training_ranks_gold_above_negatives_on_its_training_slice(tmp_
         set(top.passages[i] for i in np.flatnonzero(top.labels == 1))
     after = pair_accuracy(scorer(out, max_length=96).score_pairs(pairs.questions, pairs.passages), pairs)
     assert after >= 0.9, after
+
+
+@pytest.mark.slow
+def test_training_on_sentences_in_their_paragraphs_and_reranking_them_so(tmp_path, capsys):
+    from retrievers.train_reranker import Recipe, load_training_split, main, pair_accuracy, training_pairs
+
+    out = tmp_path / "ctx"
+    args = ["--limit", "48", "--negatives", "3", "--epochs", "2", "--max-length", "160", "--lr", "1e-4", "--seed", "7",
+            "--batch-size", "4", "--loss", "listwise", "--passage", "sentence+context"]
+    assert main([*args, "--out", str(out), "--no-progress"]) == 0, capsys.readouterr().err
+    assert json.loads((out / "recipe.json").read_text())["recipe"]["passage"] == "sentence+context"
+    dataset = load_training_split("reqa_squad", "train")
+    settings = Recipe(limit=48, negatives=3, epochs=2, max_length=160, lr=1e-4, seed=7, batch_size=4, loss="listwise")
+    alone = training_pairs(dataset, settings)
+    pairs = training_pairs(dataset, Recipe(**{**settings.__dict__, "passage": "sentence+context"}), " [SEP] ")
+    paragraphs: dict[str, set[str]] = {}
+    for sentence, context in zip(dataset.corpus.texts, dataset.corpus.contexts):
+        paragraphs.setdefault(str(sentence), set()).add(str(context))
+    assert pairs.question_ids == alone.question_ids and list(pairs.labels) == list(alone.labels)
+    for sentence, passage in zip(alone.passages, pairs.passages):  # the same sentences, each before its paragraph
+        if paragraphs[sentence] == {sentence}:  # a sentence that is its whole paragraph is read once
+            assert passage == sentence
+            continue
+        head, sep, paragraph = passage.partition(" [SEP] ")
+        assert head == sentence and sep and paragraph in paragraphs[sentence] and sentence in paragraph
+    assert pair_accuracy(scorer(out, max_length=160).score_pairs(pairs.questions, pairs.passages), pairs) >= 0.9
+    # re-ranking reads sentences in their paragraphs, as the model's recipe says, without being told
+    assert run_cli("--dataset", "reqa_squad", "--limit", 3, "--depth", 5, "--rerank", out,
+                   "--rerank-cache", tmp_path / "scores", "--out", tmp_path / "run") == 0
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["rerankers"][0]["field"] == "sentence+context"
 
 
 @pytest.mark.slow
