@@ -41,7 +41,7 @@ import numpy as np
 
 from data.errors import UserError
 from data.io import cache_dir, sha256_text, write_json
-from retrievers.rerank import PASSAGE_FIELDS
+from retrievers.rerank import PASSAGE_FIELDS, pair_passage
 
 RECIPE = "recipe.json"
 
@@ -176,8 +176,6 @@ def training_pairs(dataset, recipe: Recipe, separator: str = "\n\n") -> Training
     questions sampled (seeded) from ``dataset`` (questions with gold sentences only).  With ``recipe.passage``
     ``sentence+context`` a passage is the sentence, ``separator`` and its paragraph, as re-ranking reads it
     (:func:`retrievers.rerank.pair_passage`); which sentences are negatives is decided on the sentence alone."""
-    from retrievers.rerank import pair_passage
-
     from eval.answer_metrics import normalize_answer
     from retrievers.registry import make_retriever
 
@@ -193,6 +191,10 @@ def training_pairs(dataset, recipe: Recipe, separator: str = "\n\n") -> Training
     ranking = bm25.search(sub.texts, min(recipe.depth, len(corpus)))
     questions, passages, labels, owner = [], [], [], []
     short = 0
+
+    def passage(row: int) -> str:
+        return pair_passage(str(corpus.texts[row]), str(corpus.contexts[row] or ""), recipe.passage, separator)
+
     for q in range(len(sub)):
         gold = {int(g) for g in sub.gold[q]}
         needles = [f" {a} " for a in (normalize_answer(x) for x in sub.answers[q] if isinstance(x, str)) if a.strip()]
@@ -211,9 +213,6 @@ def training_pairs(dataset, recipe: Recipe, separator: str = "\n\n") -> Training
         if sample and len(negatives) > recipe.negatives:  # BM25's order kept among the ones drawn
             negatives = [negatives[i] for i in np.sort(rng.choice(len(negatives), recipe.negatives, replace=False))]
         short += len(negatives) < recipe.negatives
-        def passage(row: int) -> str:
-            return pair_passage(str(corpus.texts[row]), str(corpus.contexts[row] or ""), recipe.passage, separator)
-
         for g in sorted(gold):
             questions.append(sub.texts[q]); passages.append(passage(g)); labels.append(1.0); owner.append(q)
         for row in negatives:
