@@ -13,6 +13,8 @@ Distractors:
 * ``random``: paragraphs drawn at random from the corpus (seeded per question) that contain no gold answer.
 
 Per question and setting the distractors are the same at every position; only the gold paragraph moves.
+``--positions`` reads only some positions (those up to n): ``1,5,10`` is the paper's choice for 10 passages
+(1, 5, 10, 15, 20 for 20), a third of the prompts of every position.
 Besides the positions it reads the closed book (n = 0) and the gold paragraph alone (n = 1) as references.
 A question is left out (and counted) when its gold paragraph holds no gold answer or it has too few
 distractors.
@@ -79,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--n", default="5,10", help="passages per prompt (comma-separated)")
     p.add_argument("--distractors", default="bm25,random", help="bm25, random or both")
+    p.add_argument("--positions", default="all", help="positions of the gold paragraph to read: all (default) or a"
+                   " comma-separated list, each n reading those up to n (1,5,10: Lost in the Middle's for 10)")
     p.add_argument("--metrics", default="has_answer,em,f1", help="per-answer metrics (the first is plotted)")
     p.add_argument("--seed", type=int, default=1, help="seed of the random distractors and the intervals")
     p.add_argument("--read-cache", default=None, help="directory of cached generations (default: <out>/generations)")
@@ -145,8 +149,14 @@ def build_settings(dataset, ranking, ns: list[int], kinds: list[str], seed: int)
     return kept, {k: v for k, v in left_out.items() if v}
 
 
-def prompts_for(kept: list[dict], ns: list[int], kinds: list[str]) -> list[tuple[dict, dict]]:
-    """``(cell, passages)`` per prompt: the references (closed book, gold alone), then every n, kind and position."""
+def positions_for(n: int, positions: list[int] | None) -> list[int]:
+    """The positions read among ``n`` passages: every one (``positions`` None) or those of ``positions`` up to n."""
+    return list(range(1, n + 1)) if positions is None else [p for p in positions if p <= n]
+
+
+def prompts_for(kept: list[dict], ns: list[int], kinds: list[str], positions: list[int] | None = None) -> list[tuple[dict, dict]]:
+    """``(cell, passages)`` per prompt: the references (closed book, gold alone), then every n, kind and position
+    (every position, or those of ``positions`` up to n)."""
     cells = []
     for q, item in enumerate(kept):
         cells.append(({"q": q, "setting": "closed book", "n": 0, "distractors": "", "position": 0}, []))
@@ -154,7 +164,7 @@ def prompts_for(kept: list[dict], ns: list[int], kinds: list[str]) -> list[tuple
         for n in ns:
             for kind in kinds:
                 others = item["distractors"][kind][: n - 1]
-                for pos in range(1, n + 1):
+                for pos in positions_for(n, positions):
                     texts = others[: pos - 1] + [item["gold"]] + others[pos - 1:]
                     cells.append(({"q": q, "setting": f"n={n} {kind}", "n": n, "distractors": kind, "position": pos}, texts))
     return cells
@@ -181,7 +191,7 @@ def summarize(rows: list[dict], metrics: list[str], seed: int) -> list[dict]:
 
 
 def shape(rows: list[dict], per_question: list[dict], metric: str, seed: int) -> dict:
-    """Per setting: the metric at the first, the worst middle and the last position, and paired tests of
+    """Per setting: the metric at the first, the worst middle and the last position read, and paired tests of
     first vs worst middle and last vs worst middle (a U shape has both significant and positive)."""
     from eval.significance import paired_test
 
@@ -192,8 +202,7 @@ def shape(rows: list[dict], per_question: list[dict], metric: str, seed: int) ->
             by_setting.setdefault(r["setting"], []).append(r)
     for setting, items in by_setting.items():
         items.sort(key=lambda r: r["position"])
-        n = len(items)
-        if n < 3:
+        if len(items) < 3:
             continue
         middle = min(items[1:-1], key=lambda r: r[metric])
         values = {}
@@ -205,9 +214,11 @@ def shape(rows: list[dict], per_question: list[dict], metric: str, seed: int) ->
             ids = sorted(values[a])
             return round(paired_test([values[a][i] for i in ids], [values[b][i] for i in ids], seed=seed), 4)
 
-        out[setting] = {"first": items[0][metric], "worst_middle": middle[metric], "worst_middle_position": middle["position"],
-                        "last": items[-1][metric], "best": max(r[metric] for r in items),
-                        "p_first_vs_middle": paired(1, middle["position"]), "p_last_vs_middle": paired(n, middle["position"])}
+        first, last = items[0]["position"], items[-1]["position"]
+        out[setting] = {"first": items[0][metric], "first_position": first, "worst_middle": middle[metric],
+                        "worst_middle_position": middle["position"], "last": items[-1][metric], "last_position": last,
+                        "best": max(r[metric] for r in items),
+                        "p_first_vs_middle": paired(first, middle["position"]), "p_last_vs_middle": paired(last, middle["position"])}
     return out
 
 
@@ -246,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_with_config(build_parser(), argv)
     ns = _int_list(args.n, "--n", 2)
     kinds = _names(args.distractors, "--distractors", DISTRACTORS)
+    positions = None if str(args.positions).strip() == "all" else _int_list(args.positions, "--positions", 1)
+    if positions is not None and positions[0] > min(ns):
+        raise UserError(f"--positions {args.positions!r}: no position up to n = {min(ns)} (--n {args.n})")
     from eval.registry import answer_metric
 
     metrics = [m.strip() for m in str(args.metrics).split(",") if m.strip()]
@@ -302,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     if not kept:
         raise UserError(f"{args.dataset}: no question has a gold paragraph with its answer and enough distractors")
     timings["prepare"] = round(time.perf_counter() - t0, 2)
-    cells = prompts_for(kept, ns, kinds)
+    cells = prompts_for(kept, ns, kinds, positions)
     print(f"position: {len(kept)} questions ({sum(left_out.values())} left out), {len(cells)} prompts", file=sys.stderr)
 
     t0 = time.perf_counter()
@@ -324,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         per_question.append(row)
     rows = summarize(per_question, metrics, args.seed)
     summary = {"dataset": args.dataset, "split": args.split, "questions": len(kept), "left_out": left_out, "n": ns,
-               "distractors": kinds, "metrics": metrics, "reader": args.reader, "reader_facts": reader.facts(),
+               "positions": positions or "all", "distractors": kinds, "metrics": metrics, "reader": args.reader, "reader_facts": reader.facts(),
                "shape": shape(rows, per_question, metrics[0], args.seed), "rows": rows}
 
     from data.io import staged_outputs
@@ -349,7 +363,7 @@ def _print(rows: list[dict], metrics: list[str], summary: dict) -> None:
               f"prompt tokens {r['mean_prompt_tokens']:.0f}")
     for setting, s in summary["shape"].items():
         print(f"  {setting}: first {s['first']:.3f}, worst middle {s['worst_middle']:.3f} (pos {s['worst_middle_position']}),"
-              f" last {s['last']:.3f}; p first>middle {s['p_first_vs_middle']}, last>middle {s['p_last_vs_middle']}")
+              f" last {s['last']:.3f} (pos {s['last_position']}); p first>middle {s['p_first_vs_middle']}, last>middle {s['p_last_vs_middle']}")
 
 
 run = main_guard(main)

