@@ -7,7 +7,12 @@ over the whole corpus.  No generation cache is used: every prompt is really gene
 second, the sweep's time over the single n = N read's, the share of answers identical to fresh prompts, and
 the peak RSS (with its growth over the model's load).
 
+With ``--shots K`` (a base model's few-shot prompt, its examples from the training split) it also times n = 1
+and n = 5 with each question's prefill started afresh, as before the examples every prompt begins with were
+shared across questions, beside the same reads sharing them.
+
     python bench/generative_reader.py --model smollm2-135m-instruct --questions 100 --n 10 --dtype float32
+    python bench/generative_reader.py --model gemma3-270m --shots 3 --questions 24 --n 10 --max-new-tokens 16
 """
 
 from __future__ import annotations
@@ -95,6 +100,7 @@ def main() -> int:
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--check-every-n", type=int, default=20, help="questions whose every n is also generated afresh")
+    p.add_argument("--shots", type=int, default=0, help="few-shot examples from the training split (base models)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
 
@@ -109,7 +115,12 @@ def main() -> int:
     found = stages.candidates_for(ds, ranking, args.n, "paragraph")
     qs, passages = found.queries.texts, found.passages.texts
     reader = GenerativeReader(args.model, dtype=args.dtype, max_new_tokens=args.max_new_tokens, num_threads=args.threads,
-                              progress=False).load()
+                              shots=args.shots, progress=False)
+    if args.shots:
+        from pipeline.generation import few_shot_examples
+
+        reader.set_examples(few_shot_examples(api.load_dataset("squad_open", "train"), args.shots), "train")
+    reader.load()
     loaded = rss_mib()
     guard = _machine.start(args.threads)
     rows = {}
@@ -128,6 +139,32 @@ def main() -> int:
         finally:
             reader.prefix_reuse = True
 
+    def per_question(fn):  # each question's first prefill from scratch (nothing shared across questions)
+        import readers.generative as generative
+
+        plan = generative._Shared.plan
+
+        def own(prompts):
+            out = plan(prompts)
+            for i in range(1, len(out.bases)):
+                a, b = out.bases[i - 1], out.bases[i]
+                if (a.head, a.tail) != (b.head, b.tail):
+                    out.shared[i] = 0
+            return out
+
+        generative._Shared.plan = own
+        try:
+            return fn()
+        finally:
+            generative._Shared.plan = plan
+
+    if args.shots:  # warm-up (the CPU kernels' first calls at each shape), not timed
+        reader.generate(qs[:2], [p[:1] for p in passages[:2]])
+        reader.generate(qs[:2], [p[:5] for p in passages[:2]])
+        one = timed("n=1", lambda: reader.generate(qs, [p[:1] for p in passages]))
+        one_own = timed("n=1 per question", lambda: per_question(lambda: reader.generate(qs, [p[:1] for p in passages])))
+        rows_same = {"n1": sum(a == b for a, b in zip(one.raw, one_own.raw)) / len(qs)}
+        timed("n=5 per question", lambda: per_question(lambda: reader.generate(qs, [p[:5] for p in passages])))
     five = timed("n=5", lambda: reader.generate(qs, [p[:5] for p in passages]))
     timed("n=5 padded", lambda: padded(lambda: reader.generate(qs, [p[:5] for p in passages])))
     single = timed(f"n={args.n} padded", lambda: padded(lambda: reader.generate(qs, [p[: args.n] for p in passages])))
@@ -144,13 +181,16 @@ def main() -> int:
         same_all += sum(fresh.raw[k] == grid[n].raw[i] for k, i in enumerate(sample))
         total += len(sample)
     result = {
-        "model": args.model, "dtype": reader.dtype_, "questions": len(qs), "n": args.n, "max_new_tokens": args.max_new_tokens,
+        "model": args.model, "shots": args.shots, "dtype": reader.dtype_, "questions": len(qs), "n": args.n, "max_new_tokens": args.max_new_tokens,
         "seconds": {k: round(v, 2) for k, v in rows.items()},
         "questions_per_s_n5": round(len(qs) / rows["n=5"], 3),
         "mean_prompt_tokens_n5": round(float(five.prompt_tokens.mean()), 1),
         "questions_per_s_n5_padded": round(len(qs) / rows["n=5 padded"], 3),
         "sweep_over_single": round(rows[f"every n 0..{args.n}"] / rows[f"n={args.n} padded"], 3),
         "identical_to_fresh_at_n": round(same_top, 4), "identical_to_fresh_every_n_sample": round(same_all / max(total, 1), 4),
+        **({"n1_over_per_question": round(rows["n=1"] / rows["n=1 per question"], 3),
+            "n5_over_per_question": round(rows["n=5"] / rows["n=5 per question"], 3),
+            "identical_n1_shared_vs_per_question": round(rows_same["n1"], 4)} if args.shots else {}),
         **floor, "peak_rss_mib": round(rss_mib(), 1), "rss_after_load_mib": round(loaded, 1), "machine": guard.as_dict(),
     }
     print(guard.header())
@@ -158,6 +198,10 @@ def main() -> int:
         print(f"  {name:16s} {seconds:8.2f} s   {len(qs) / seconds:6.3f} questions/s")
     print(f"  every n / single n={args.n}: {result['sweep_over_single']:.2f}x;  identical answers at n={args.n}: "
           f"{same_top:.1%}, every n (sample of {len(sample)}): {result['identical_to_fresh_every_n_sample']:.1%}")
+    if args.shots:
+        print(f"  sharing the {args.shots} examples across questions: n=1 {result['n1_over_per_question']:.2f}x, n=5 "
+              f"{result['n5_over_per_question']:.2f}x the time of per-question prefills; identical answers at n=1: "
+              f"{result['identical_n1_shared_vs_per_question']:.1%}")
     print(f"  peak RSS {result['peak_rss_mib']:.0f} MiB ({result['peak_rss_mib'] - loaded:+.0f} MiB over the loaded model); "
           f"dtype {reader.dtype_}; mean prompt tokens at n=5: {result['mean_prompt_tokens_n5']}")
     print(f"  linear layers alone at n=5: {floor['linear_seconds_per_question']:.3f} s a question "

@@ -172,13 +172,15 @@ def _common_length(a: list[int], b: list[int]) -> int:
 
 @dataclass
 class _Shared:
-    """Prompts planned around shared prefixes: each *base* is prefilled once (continuing from the previous base of
-    its question where they begin alike), and each prompt is decoded from its base's key-value cache cropped to
-    its own head and passages.  A prompt is a base unless its passage blocks begin another prompt's of the same
-    head and tail; then it joins that one (the n-sweep's prompts of a question all join its top N)."""
+    """Prompts planned around shared prefixes: each *base* is prefilled once, continuing from the base before it
+    over the tokens they begin with alike (the same question's other passages, or another question's identical
+    few-shot examples where the question follows the passages), and each prompt is decoded from its base's
+    key-value cache cropped to its own head and passages.  A prompt is a base unless its passage blocks begin
+    another prompt's of the same head and tail; then it joins that one (the n-sweep's prompts of a question all
+    join its top N)."""
 
     bases: list[_Prompt]
-    shared: list[int]  # tokens base i shares with base i - 1 (0 when none or another head)
+    shared: list[int]  # tokens base i shares with base i - 1 (0 for the first)
     rows: list[list[_Prompt]]  # per base: the prompts decoded from it (the base itself included)
     caches: dict[int, object] = field(default_factory=dict)
     seconds: dict[int, float] = field(default_factory=dict)
@@ -198,9 +200,9 @@ class _Shared:
                 else:
                     own.append((p, [p]))
             own.reverse()
-            for i, (base, members) in enumerate(own):
+            for base, members in own:
+                shared.append(min(_common_length(bases[-1].prefix, base.prefix), len(base.prefix) - 1) if bases else 0)
                 bases.append(base)
-                shared.append(0 if i == 0 else min(_common_length(own[i - 1][0].prefix, base.prefix), len(base.prefix) - 1))
                 rows.append(members)
         return cls(bases, shared, rows)
 

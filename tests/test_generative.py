@@ -90,6 +90,7 @@ def test_shared_prefixes_across_positions_equal_fresh_prompts(tiny, tmp_path, ki
     builds them, with n = 2 and 4 at once) and a template with the question after the passages (each prompt's own
     tail): the shared prefill gives the answers of whole prompts in padded batches (float32)."""
     from readers.generative import _Shared
+    from readers.prompts import Example
 
     template = tmp_path / "after.yaml"
     template.write_text(AFTER)
@@ -100,15 +101,24 @@ def test_shared_prefixes_across_positions_equal_fresh_prompts(tiny, tmp_path, ki
             for pos in range(n):
                 questions.append(q)
                 lists.append(others[:pos] + [gold] + others[pos: n - 1])
-    for options in ({}, {"template": str(template)}):
-        shared = _reader(tiny[kind], **options).generate(questions, lists)
-        fresh = _reader(tiny[kind], prefix_reuse=False, **options).generate(questions, lists)
+    examples = [Example("Who sang at halftime?", "Coldplay sang at halftime.", "Coldplay"),
+                Example("Which network aired it?", "CBS aired the game.", "CBS")]
+    for options in ({}, {"template": str(template)}, {"template": "few-shot", "shots": 2}):
+        shared = _reader(tiny[kind], **options).set_examples(examples, "train").generate(questions, lists)
+        fresh = _reader(tiny[kind], prefix_reuse=False, **options).set_examples(examples, "train").generate(questions, lists)
         assert shared.raw == fresh.raw and np.allclose(shared.logprob, fresh.logprob, atol=1e-4), options
         assert list(shared.prompt_tokens) == list(fresh.prompt_tokens)
-    reader = _reader(tiny[kind]).load()
-    plan = _Shared.plan([reader.prompt(q, p) for q, p in zip(questions, lists)])
-    assert len(plan.bases) == 8  # per question the four n = 4 prompts; each n = 2 one begins one of them
-    assert sum(len(r) for r in plan.rows) == len(questions) and all(plan.shared[1:4]) and plan.shared[4] == 0
+    for options in ({}, {"template": "few-shot", "shots": 2}):
+        reader = _reader(tiny[kind], **options).set_examples(examples, "train").load()
+        prompts = [reader.prompt(q, p) for q, p in zip(questions, lists)]
+        plan = _Shared.plan(prompts)
+        assert len(plan.bases) == 8  # per question the four n = 4 prompts; each n = 2 one begins one of them
+        assert sum(len(r) for r in plan.rows) == len(questions) and all(plan.shared[1:4]) and plan.shared[0] == 0
+        # the second question's first base continues the first question's last over what they begin with alike
+        alike = next(i for i, (a, b) in enumerate(zip(plan.bases[3].prefix, plan.bases[4].prefix)) if a != b)
+        assert plan.shared[4] == alike > 0
+        if options:  # the few-shot examples come first: every question's prompt begins with all of them
+            assert alike >= len(reader.prompt(questions[0], []).prefix)
 
 
 def test_prefix_reuse_in_small_batches_and_chunks_equals_one_batch(tiny, monkeypatch):
