@@ -12,6 +12,9 @@ CUDA is present) it measures, in one run and with no network:
 * dense encoder sentences/s, ours (``retrievers.encoder.encode_texts``:
   length-sorted token-budget batches) vs ``SentenceTransformer.encode``;
 * FAISS flat inner-product search on the GPU (when ``faiss`` has GPUs) vs CPU;
+* a generative reader (SmolLM2-135M-Instruct, bf16 on CUDA): prompts/s, prompt and generated tokens/s and
+  peak GPU memory at n = 5 and n = 10 passages (each question's gold paragraph first, then other questions'),
+  and every n = 0..10 from the shared prompt prefix against the single n = 10 read;
 * a main job through ``pipeline.run`` (dense retrieval, top-5, the reader) with
   its wall time, peak RSS and peak GPU memory from the run's manifest.
 
@@ -176,6 +179,53 @@ def faiss_rows(n: int, d: int = 384, q: int = 1000, k: int = 100):
     return rows
 
 
+GENERATIVE_MODEL = "smollm2-135m-instruct"
+
+
+def generative_rows(device: str, items, ns: tuple[int, int] = (5, 10), max_new_tokens: int = 16):
+    """A generative reader's throughput at ``ns`` passages (the gold paragraph first, then the next questions'), and
+    the n-sweep 0..ns[-1] against the ns[-1] read; each timed on its second pass, peak GPU memory reset before each."""
+    import numpy as np
+    import torch
+
+    from eval.answer_metrics import has_answer
+    from readers.generative import GenerativeReader
+
+    try:
+        reader = GenerativeReader(GENERATIVE_MODEL, max_new_tokens=max_new_tokens, device=device, progress=False).load()
+    except Exception as err:  # noqa: BLE001 - a stage that cannot run says why
+        return [("generative", "skipped", f"{type(err).__name__}: {str(err)[:80]}")]
+    cuda = device.startswith("cuda")
+    qs, golds = [i[0] for i in items], [i[2] for i in items]
+    contexts = [i[1] for i in items]
+
+    def passages(n):
+        return [[contexts[(q + k) % len(contexts)] for k in range(n)] for q in range(len(qs))]
+
+    def peak_gpu() -> str:
+        return f"peak GPU {torch.cuda.max_memory_allocated() / 2**20:,.0f} MiB" if cuda else "CPU"
+
+    rows, seconds = [], {}
+    label = f"generative {reader.dtype_}"
+    for n in ns:
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        (_, sec), out = timed_passes(device, lambda: reader.generate(qs, passages(n)))
+        seconds[n] = sec
+        hit = 100 * np.mean([has_answer(a, g) for a, g in zip(out.text, golds)])
+        rows.append((f"{label} n={n}", f"{len(qs) / sec:.1f} prompts/s",
+                     f"{out.prompt_tokens.sum() / sec:,.0f} prompt + {out.generated_tokens.sum() / sec:,.0f} generated "
+                     f"tokens/s; has answer {hit:.1f}%; {peak_gpu()}"))
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    top = ns[-1]
+    (_, sec), grid = timed_passes(device, lambda: reader.generate_every_n(qs, passages(top), top))
+    same = np.mean([a == b for a, b in zip(grid[top].text, out.text)])
+    rows.append((f"{label} every n=0..{top}", f"{sec / seconds[top]:.2f}x the n={top} read",
+                 f"{(top + 1) * len(qs) / sec:.1f} prompts/s; n={top} answers identical {100 * same:.0f}%; {peak_gpu()}"))
+    return rows
+
+
 def main_job_rows(device: str, quick: bool):
     data = Path(os.environ["QA_DATA_DIR"])
     with tempfile.TemporaryDirectory() as tmp:
@@ -234,6 +284,7 @@ def main(argv=None) -> int:
         ("reader", lambda: reader_rows(device, items, dtypes, args.pipeline_python, [1, 8, 32] if not quick else [1, 4])),
         ("encoder", lambda: encoder_rows(device, n_enc)),
         ("faiss", lambda: faiss_rows(n_vec)),
+        ("generative", lambda: generative_rows(device, items[:2], (1, 2)) if quick else generative_rows(device, items[:512])),
         ("main job", lambda: main_job_rows(device, quick)),
     ):
         try:

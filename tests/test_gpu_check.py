@@ -22,6 +22,10 @@ def test_gpu_check_cpu_form_prints_its_table():
     assert "passages/s" in stages["reader ours float32"]
     assert "sentences/s" in stages["encoder ours (token budget)"]
     assert "queries/s" in stages["FAISS flat CPU"]
+    generative = {k: v for k, v in stages.items() if k.startswith("generative")}
+    assert [k.split()[-1] for k in generative] == ["n=1", "n=2", "n=0..2"], generative
+    assert all("prompts/s" in v for k, v in generative.items() if "every" not in k), generative
+    assert "x the n=2 read" in generative[next(k for k in generative if "every" in k)], generative
     main_job = next(v for k, v in stages.items() if k.startswith("main job"))
     assert main_job.endswith("s wall"), main_job
     assert not any(v == "failed" for v in stages.values()), stages
