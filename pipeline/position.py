@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
 import zlib
 from pathlib import Path
@@ -246,7 +247,7 @@ def plot(rows: list[dict], metric: str, stem: Path, title: str) -> list[str]:
             ax.axhline(found[0][metric], color="grey", linestyle=style, label=ref)
     ax.set_xlabel("position of the answer-bearing paragraph")
     ax.set_ylabel(answer_metric(metric).display)
-    ax.set_title(title, fontsize=9)
+    ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)  # a reader spec can be long
     ax.legend(fontsize=8)
     fig.tight_layout()
     return save_figure(fig, stem)
